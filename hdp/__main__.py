@@ -1,0 +1,3 @@
+from hdp.cli import run
+
+run()

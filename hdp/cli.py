@@ -1,0 +1,248 @@
+"""The ``hdp`` command line."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from hdp.errors import HdpError
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"hdp: error: {msg}", err=True)
+    sys.exit(2)
+
+
+def user_errors(fn):
+    """Turn HdpError (a user mistake) into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except HdpError as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            _fail("interrupted")
+
+    return wrapper
+
+
+def _target(target: str | None, devices: str | None):
+    from hdp.runtime.target import devices_target, load_target
+
+    if target and devices:
+        raise click.UsageError("give --target or --devices, not both")
+    if devices:
+        return devices_target([d.strip() for d in devices.split(",") if d.strip()])
+    return load_target(target or "host")
+
+
+def _cache(cache_dir: str | None, no_cache: bool):
+    from hdp.passes.cache import PassCache, default_cache_dir
+
+    if no_cache:
+        return None
+    return PassCache(cache_dir or default_cache_dir())
+
+
+cache_options = [
+    click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                 help="Pass cache directory (default: ~/.cache/hdp)."),
+    click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache."),
+]
+
+
+def _apply(opts):
+    def deco(fn):
+        for o in reversed(opts):
+            fn = o(fn)
+        return fn
+
+    return deco
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hdp")
+def main():
+    """hdp: place every op of an OpenVINO model on the device that runs it fastest."""
+
+
+@main.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Placed model .xml.")
+@click.option("--target", default=None, help="Target name (see `hdp targets`) or TOML file.")
+@click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
+@click.option("--method", default=None, help="Placement method (default: hsdag if available and the "
+              "target has several devices, else single). See `hdp passes`.")
+@click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--set", "sets", multiple=True, help="partition option key=value (repeatable).")
+@click.option("--timings", type=click.Path(dir_okay=False), default=None, help="Write per-pass timings as JSON.")
+@click.option("--dump-ir", type=click.Path(file_okay=False), default=None, help="Save the Module after each pass.")
+@click.option("--emit-ir", type=click.Path(dir_okay=False), default=None, help="Save the final Module (.hdp).")
+@click.option("--quiet", "-q", is_flag=True)
+@_apply(cache_options)
+@user_errors
+def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, timings, dump_ir,
+                emit_ir, quiet, cache_dir, no_cache):
+    """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
+    from hdp.ir.openvino_backend import write_placed
+    from hdp.ir.openvino_frontend import parse_input_shapes
+    from hdp.ir.serde import save
+    from hdp.passes.instruments import DumpIR, Progress, Timing
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import compile_schedule, default_method, lower_cached
+
+    out = Path(output)
+    if out.suffix.lower() != ".xml":
+        raise click.UsageError(f"-o {output}: the placed model must be an .xml path")
+    tgt = _target(target, devices)
+    method = method or default_method(tgt)
+    shapes = parse_input_shapes(input_shape)
+    cache = _cache(cache_dir, no_cache)
+    timing = Timing()
+    instruments = [timing] + ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
+    schedule = compile_schedule(tgt, method, seed, _parse_sets(sets))
+    module = lower_cached(model, shapes, cache, instruments)
+    module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
+    for ins in instruments:
+        ins.before("raise", "")
+    write_placed(module, out, tgt)
+    for ins in instruments:
+        ins.after("raise", "", False, module)
+    if emit_ir:
+        save(module, emit_ir)
+    if timings:
+        timing.write(timings)
+    if not quiet:
+        pl = module.placement
+        counts = Counter(pl.devices[int(d)] for d in pl.device_of.numpy())
+        share = ", ".join(f"{d}: {counts.get(d, 0)} ops" for d in pl.devices)
+        click.echo(f"placed {module.graph.n_ops} ops with {pl.method} on {tgt.name} ({share}) -> {out}")
+
+
+@main.command("lower")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Module file (.hdp).")
+@click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
+@user_errors
+def lower_cmd(model, output, input_shape):
+    """Lower an OpenVINO model into an hdp Module file."""
+    from hdp.ir.openvino_frontend import lower, parse_input_shapes
+    from hdp.ir.serde import save
+
+    m = lower(model, parse_input_shapes(input_shape))
+    save(m, output)
+    click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges -> {output}")
+
+
+def _parse_sets(sets) -> dict:
+    opts = {}
+    for s in sets:
+        k, eq, v = s.partition("=")
+        if not eq or not k.strip():
+            raise click.UsageError(f"--set {s}: expected key=value")
+        opts[k.strip().replace("-", "_")] = v.strip()
+    return opts
+
+
+@main.command("pass")
+@click.argument("name")
+@click.argument("input", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, help="Pass option key=value (repeatable).")
+@click.option("--target", default=None, help="For passes that take a target.")
+@click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
+@click.option("--timings", type=click.Path(dir_okay=False), default=None)
+@_apply(cache_options)
+@user_errors
+def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_cache):
+    """Run one pass NAME on a Module file INPUT and write the result to OUTPUT."""
+    from hdp.ir.serde import load, save
+    from hdp.passes.base import registry
+    from hdp.passes.instruments import Timing
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import make_pass
+
+    reg = registry()
+    if name not in reg:
+        raise HdpError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
+    opts = _parse_sets(sets)
+    if "target" in reg[name].__struct_fields__:
+        opts["target"] = _target(target, devices)
+    p = make_pass(name, opts)
+    module = load(input)
+    timing = Timing()
+    out = PassManager([p], cache=_cache(cache_dir, no_cache), instruments=[timing]).run(module)
+    save(out, output)
+    if timings:
+        timing.write(timings)
+    row = timing.rows[-1]
+    took = "cache hit" if row["cache_hit"] else f"{row['seconds']:.3f}s"
+    click.echo(f"{name}: {took} -> {output}")
+
+
+@main.command("passes")
+def passes_cmd():
+    """List the passes, their options and the placement methods."""
+    from hdp.passes.base import registry
+    from hdp.placers import placers
+
+    for name, cls in sorted(registry().items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        click.echo(f"{name}  (v{cls.version}; requires {', '.join(cls.requires) or '-'}; "
+                   f"provides {', '.join(cls.provides)})\n    {doc}")
+        for f, default in zip(cls.__struct_fields__, _defaults(cls)):
+            click.echo(f"    --set {f}={default}")
+    click.echo("\nmethods (partition --set method=..., compile --method ...):")
+    for name, (_, needs, doc) in sorted(placers().items()):
+        click.echo(f"  {name:<12} {doc}" + (f"  [needs {', '.join(needs)}]" if needs else ""))
+
+
+def _defaults(cls):
+    import msgspec
+
+    out = []
+    for f in msgspec.structs.fields(cls):
+        if f.default is not msgspec.NODEFAULT:
+            out.append(repr(f.default) if not hasattr(f.default, "__struct_fields__") else "...")
+        elif f.default_factory is not msgspec.NODEFAULT:
+            out.append(repr(f.default_factory()))
+        else:
+            out.append("<required>" if f.name != "target" else "<from --target>")
+    return out
+
+
+@main.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@user_errors
+def show_cmd(file):
+    """Summarise a Module (.hdp) or a model / placed model (.xml)."""
+    from hdp.show import show
+
+    click.echo(show(file))
+
+
+@main.command("zoo")
+@click.argument("name")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@user_errors
+def zoo_cmd(name, output):
+    """Write a benchmark model (random weights, batch 1): inception_v3, resnet50, bert_base."""
+    from hdp.zoo import export
+
+    path = export(name, output)
+    click.echo(f"{name} -> {path}")
+
+
+def run():  # pragma: no cover
+    main(prog_name="hdp")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

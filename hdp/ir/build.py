@@ -1,0 +1,97 @@
+"""Constructing Graphs from edge lists (used by the frontend, tests and synthetic benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hdp.ir.types import Array, Graph, Op
+
+
+def graph_from_edges(
+    ops: Sequence[Op],
+    src,
+    dst,
+    edge_bytes=None,
+    src_port=None,
+    dst_port=None,
+    renamed: dict[str, str] | None = None,
+) -> Graph:
+    """Build a Graph whose ops are already in topological order.
+
+    Edges are sorted by (src, dst, dst_port) so the CSR layout is canonical. Raises ValueError if an
+    edge points backwards (the caller must order ops topologically first).
+    """
+    n = len(ops)
+    src = np.asarray(src, dtype=np.int64).reshape(-1)
+    dst = np.asarray(dst, dtype=np.int64).reshape(-1)
+    m = src.shape[0]
+    eb = np.zeros(m, np.int64) if edge_bytes is None else np.asarray(edge_bytes, np.int64)
+    sp = np.zeros(m, np.int32) if src_port is None else np.asarray(src_port, np.int32)
+    dp = np.zeros(m, np.int32) if dst_port is None else np.asarray(dst_port, np.int32)
+    if m and (src.min() < 0 or dst.min() < 0 or src.max() >= n or dst.max() >= n):
+        raise ValueError("edge endpoint out of range")
+    if m and np.any(src >= dst):
+        i = int(np.argmax(src >= dst))
+        raise ValueError(f"edge {src[i]}->{dst[i]} is not forward in topological order")
+    order = np.lexsort((dp, dst, src))
+    src, dst, eb, sp, dp = src[order], dst[order], eb[order], sp[order], dp[order]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    return Graph(
+        ops=tuple(ops),
+        indptr=Array.of(indptr),
+        indices=Array.of(dst, np.int32),
+        edge_bytes=Array.of(eb),
+        src_port=Array.of(sp),
+        dst_port=Array.of(dp),
+        renamed=dict(renamed or {}),
+    )
+
+
+def edge_sources(graph: Graph) -> np.ndarray:
+    """Producer op id of every edge (CSR row expanded), int32."""
+    indptr = graph.indptr.numpy()
+    return np.repeat(np.arange(graph.n_ops, dtype=np.int32), np.diff(indptr))
+
+
+def predecessors_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """CSR over predecessors: (indptr, producer ids), derived from the successor CSR."""
+    n = graph.n_ops
+    src = edge_sources(graph)
+    dst = graph.indices.numpy()
+    order = np.argsort(dst, kind="stable")
+    pindptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=pindptr[1:])
+    return pindptr, src[order]
+
+
+def topological_order(n: int, src, dst) -> np.ndarray:
+    """Kahn's algorithm, ties broken by original index (stable, deterministic).
+
+    Raises ValueError on a cycle.
+    """
+    import heapq
+
+    src = np.asarray(src, np.int64)
+    dst = np.asarray(dst, np.int64)
+    indeg = np.bincount(dst, minlength=n).astype(np.int64)
+    order_e = np.argsort(src, kind="stable")
+    s_sorted, d_sorted = src[order_e], dst[order_e]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(s_sorted, minlength=n), out=ptr[1:])
+    heap = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        u = heapq.heappop(heap)
+        out.append(u)
+        for k in range(ptr[u], ptr[u + 1]):
+            v = int(d_sorted[k])
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, v)
+    if len(out) != n:
+        raise ValueError("graph has a cycle")
+    return np.asarray(out, np.int64)

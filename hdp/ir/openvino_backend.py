@@ -1,0 +1,62 @@
+"""Backend: write the placed model, every op annotated with its device.
+
+Each layer (Parameter, Constant and Result included) carries
+``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
+``<hdp>`` records the device list, the method, the target and the module digest. Weights are
+written uncompressed, so outputs equal the source model's. Use
+:func:`hdp.runtime.placed.compile_placed` to run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from hdp.errors import InputError
+from hdp.ir import serde
+from hdp.ir.openvino_frontend import reread_source
+from hdp.ir.types import Module
+
+AFFINITY_KEY = "user_dataaffinity"  # saved as <user_data name="affinity" .../>
+
+
+def annotate(model, ov_ops, module: Module, target=None) -> None:
+    """Set every op's affinity on ``model`` (ops aligned with ``module.graph.ops``)."""
+    pl = module.placement
+    devs = pl.devices
+    dev_of = pl.device_of.numpy()
+    for op, d in zip(ov_ops, dev_of):
+        op.get_rt_info()[AFFINITY_KEY] = devs[int(d)]
+    model.set_rt_info(",".join(devs), ["hdp", "devices"])
+    model.set_rt_info(pl.method, ["hdp", "method"])
+    model.set_rt_info(serde.digest(module), ["hdp", "module_digest"])
+    if target is not None:
+        model.set_rt_info(json.dumps(msgspec.to_builtins(target), sort_keys=True), ["hdp", "target"])
+
+
+def write_placed(module: Module, out_xml: str | os.PathLike, target=None) -> Path:
+    """Write ``out_xml`` and its ``.bin`` atomically (temporary files, then rename)."""
+    import openvino as ov
+
+    if module.placement is None:
+        raise InputError("the module has no placement; run the partition and assign passes first")
+    out_xml = Path(out_xml)
+    if out_xml.suffix.lower() != ".xml":
+        raise InputError(f"{out_xml}: the placed model must be written to a .xml path")
+    model, ov_ops = reread_source(module)
+    annotate(model, ov_ops, module, target)
+    out_xml.parent.mkdir(parents=True, exist_ok=True)
+    tmpdir = tempfile.mkdtemp(prefix=".hdp-", dir=out_xml.parent)
+    try:
+        tmp_xml = Path(tmpdir) / "placed.xml"
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+        os.replace(tmp_xml.with_suffix(".bin"), out_xml.with_suffix(".bin"))
+        os.replace(tmp_xml, out_xml)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return out_xml

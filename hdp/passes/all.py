@@ -1,0 +1,5 @@
+"""Imports every pass module so each registers itself."""
+
+import hdp.passes.assign  # noqa: F401
+import hdp.passes.partition  # noqa: F401
+import hdp.passes.support  # noqa: F401

@@ -1,0 +1,48 @@
+"""Pass values.
+
+A pass is a frozen msgspec Struct: its fields are its options, its tag is its CLI name. It is
+pure: ``run`` returns a new Module and never mutates its input or reads global state; everything
+that changes the output is a field, so it is part of the cache key.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from hdp.ir.types import Module
+
+_REGISTRY: dict[str, type["Pass"]] = {}
+
+
+class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="pass"):
+    """Base class of all passes. Subclasses set ``tag=`` (the CLI name) and the class vars."""
+
+    requires: ClassVar[tuple[str, ...]] = ()
+    provides: ClassVar[tuple[str, ...]] = ()
+    #: Bump when the output changes for the same input and options.
+    version: ClassVar[int] = 1
+
+    @classmethod
+    def pass_name(cls) -> str:
+        return cls.__struct_config__.tag
+
+    def run(self, module: Module) -> Module:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
+
+def register(cls: type[Pass]) -> type[Pass]:
+    """Class decorator: make a pass available by its tag to the manager and the CLI."""
+    name = cls.pass_name()
+    if not isinstance(name, str):
+        raise TypeError(f"{cls.__name__} needs a string tag")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def registry() -> dict[str, type[Pass]]:
+    """All registered passes by name (imports the pass modules on first use)."""
+    import hdp.passes.all  # noqa: F401  (registers every pass)
+
+    return dict(_REGISTRY)

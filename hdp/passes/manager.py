@@ -1,0 +1,72 @@
+"""Runs a schedule of passes with verification, caching and instruments."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hdp.errors import HdpError, PassError
+from hdp.ir import serde
+from hdp.ir.types import STAGES, Module
+from hdp.ir.verify import VerifyError, verify
+from hdp.passes.base import Pass
+from hdp.passes.cache import PassCache
+from hdp.passes.instruments import Instrument
+
+
+def pass_key(p: Pass, input_digest: str) -> str:
+    """hash(name, version, encoded options, input digest)."""
+    blob = serde.encode_any([p.pass_name(), type(p).version, p, input_digest])
+    return serde.digest_bytes(blob)
+
+
+def check_schedule(passes: Sequence[Pass], available: Sequence[str]) -> None:
+    """Raise if a pass requires a stage that neither the input nor an earlier pass provides."""
+    have = set(available)
+    for p in passes:
+        missing = [r for r in type(p).requires if r not in have]
+        if missing:
+            raise HdpError(
+                f"pass '{p.pass_name()}' requires {', '.join(missing)}, which no earlier pass "
+                f"provides (have: {', '.join(s for s in STAGES if s in have) or 'nothing'})"
+            )
+        have.update(type(p).provides)
+
+
+class PassManager:
+    def __init__(self, passes: Sequence[Pass], cache: PassCache | None = None,
+                 instruments: Sequence[Instrument] = (), verify_each: bool = True):
+        self.passes = list(passes)
+        self.cache = cache
+        self.instruments = list(instruments)
+        self.verify_each = verify_each
+
+    def run(self, module: Module) -> Module:
+        check_schedule(self.passes, module.stages())
+        cur_digest = serde.digest(module)
+        for p in self.passes:
+            name = p.pass_name()
+            key = pass_key(p, cur_digest)
+            for ins in self.instruments:
+                ins.before(name, key)
+            out = self.cache.get(key) if self.cache else None
+            hit = out is not None
+            if out is None:
+                try:
+                    out = p.run(module)
+                except HdpError as e:
+                    if isinstance(e, PassError):
+                        raise
+                    raise PassError(name, str(e)) from e
+                if self.verify_each:
+                    try:
+                        verify(out)
+                    except VerifyError as e:
+                        raise PassError(name, f"produced an invalid module: {e}") from e
+            encoded = serde.encode(out)
+            if self.cache and not hit:
+                self.cache.put(key, out, encoded)
+            cur_digest = serde.digest_bytes(encoded)
+            module = out
+            for ins in self.instruments:
+                ins.after(name, key, hit, module)
+        return module

@@ -1,0 +1,47 @@
+"""``partition``: groups of ops and a device per group, by the chosen method."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdp.errors import InputError
+from hdp.ir.types import Array, Module, Partition
+from hdp.passes.base import Pass, register
+from hdp.placers import PlaceRequest, parse_method, placers
+from hdp.runtime.target import Target
+
+
+@register
+class PartitionPass(Pass, tag="partition"):
+    """Place the graph with ``method`` (see ``hdp passes`` for the list)."""
+
+    target: Target
+    method: str = "hetero-auto"
+    seed: int = 0
+    requires = ("graph", "support")
+    provides = ("partition",)
+
+    def options(self) -> dict:
+        """Method-specific options (every field but the common ones)."""
+        common = {"target", "method", "seed"}
+        return {f: getattr(self, f) for f in self.__struct_fields__ if f not in common}
+
+    def run(self, module: Module) -> Module:
+        name, arg = parse_method(self.method)
+        fn, needs, _ = placers()[name]
+        missing = [s for s in needs if getattr(module, s) is None]
+        if missing:
+            raise InputError(f"method '{name}' needs {', '.join(missing)}; run "
+                             f"{' and '.join(missing)} first")
+        devices = self.target.device_names
+        if module.support is not None and module.support.devices != devices:
+            raise InputError(f"support was computed for devices {module.support.devices}, "
+                             f"not for target {devices}")
+        req = PlaceRequest(devices=devices, arg=arg, seed=self.seed, target=self.target,
+                           options=self.options())
+        placed = fn(module, req)
+        info = {"method": self.method, **{k: str(v) for k, v in placed.info.items()}}
+        part = Partition(method=self.method, devices=devices,
+                         group_of=Array.of(placed.group_of, np.int32),
+                         group_device=Array.of(placed.group_device, np.int16), info=info)
+        return module.replace(partition=part)

@@ -1,0 +1,3 @@
+"""Imports every placer module so each registers itself."""
+
+import hdp.placers.basic  # noqa: F401

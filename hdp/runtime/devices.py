@@ -1,0 +1,57 @@
+"""Turning a Target into an ``ov.Core`` with its real devices registered and configured."""
+
+from __future__ import annotations
+
+import os
+
+from hdp.errors import InputError
+from hdp.runtime.target import Target
+
+_PLUGIN_LIBS = {"CPU": "openvino_intel_cpu_plugin", "GPU": "openvino_intel_gpu_plugin",
+                "NPU": "openvino_intel_npu_plugin"}
+
+
+def plugin_library(plugin: str) -> str:
+    """Path of the shared library of a built-in OpenVINO plugin (CPU, GPU, NPU)."""
+    import openvino as ov
+
+    base = _PLUGIN_LIBS.get(plugin.split(".")[0])
+    if base is None:
+        raise InputError(f"cannot register an alias of plugin '{plugin}' (known: {', '.join(_PLUGIN_LIBS)})")
+    path = os.path.join(os.path.dirname(ov.__file__), "libs", f"lib{base}.so")
+    if not os.path.exists(path):
+        raise InputError(f"plugin library for '{plugin}' not found at {path}")
+    return path
+
+
+def make_core(target: Target, devices: list[str] | None = None):
+    """An ``ov.Core`` where every real device of ``target`` (or the named subset) exists and is
+    configured. Raises InputError for a device absent from this host."""
+    import openvino as ov
+
+    core = ov.Core()
+    wanted = [target.device(n) for n in devices] if devices else list(target.devices)
+    for d in wanted:
+        if d.kind != "real":
+            raise InputError(f"device '{d.name}' of target '{target.name}' is modeled; it cannot run on this host")
+        if d.alias:
+            if d.name not in core.get_available_devices():
+                try:
+                    core.register_plugin(plugin_library(d.plugin), d.name)
+                except RuntimeError as e:
+                    raise InputError(f"cannot register device '{d.name}' from plugin '{d.plugin}': {e}") from None
+        avail = core.get_available_devices()
+        if d.name not in avail and d.name.split(".")[0] not in avail:
+            raise InputError(f"device '{d.name}' of target '{target.name}' is not present on this host "
+                             f"(OpenVINO sees: {', '.join(avail) or 'nothing'})")
+        if d.config:
+            try:
+                core.set_property(d.name, dict(d.config))
+            except RuntimeError as e:
+                msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                raise InputError(f"device '{d.name}': invalid config {d.config}: {msg}") from None
+    return core
+
+
+def hetero_name(devices) -> str:
+    return "HETERO:" + ",".join(devices)

@@ -1,0 +1,105 @@
+"""Reading and running placed models written by ``hdp compile``.
+
+OpenVINO saves per-op ``user_data`` rt_info but reads it back under the key ``user_dataaffinity``,
+while HETERO looks for ``affinity``. The loader copies one to the other::
+
+    from hdp.runtime.placed import compile_placed
+    compiled = compile_placed("placed.xml")        # HETERO over the devices hdp recorded
+    result = compiled({0: x})
+
+``compile_placed`` also registers aliased devices (such as the ``virtual`` target's ``CPU_B``) from
+the target recorded in the model, so a placed model runs in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from hdp.errors import InputError
+from hdp.runtime.target import Target, devices_target
+
+SAVED_KEY = "user_dataaffinity"
+
+
+@dataclass
+class PlacedModel:
+    model: object  # ov.Model with rt_info["affinity"] set on every op
+    devices: list[str]
+    method: str
+    target: Target
+
+
+def _model_info(model, key: str) -> str | None:
+    try:
+        return model.get_rt_info(["hdp", key]).astype(str)
+    except RuntimeError:
+        return None
+
+
+def restore_affinity(model, source: str = "<model>") -> list[str]:
+    """Copy ``user_dataaffinity`` to ``affinity`` on every op; return the devices in use.
+
+    Raises InputError if some ops have an affinity and others do not (HETERO would fail).
+    """
+    used, missing = [], []
+    for op in model.get_ordered_ops():
+        rt = op.get_rt_info()
+        if SAVED_KEY in rt:
+            dev = rt[SAVED_KEY].astype(str)
+        elif "affinity" in rt:
+            dev = rt["affinity"].astype(str)
+        else:
+            missing.append(op.get_friendly_name())
+            continue
+        rt["affinity"] = dev
+        if dev not in used:
+            used.append(dev)
+    if missing and used:
+        raise InputError(f"{source}: op '{missing[0]}' has no affinity ({len(missing)} ops lack one)")
+    if not used:
+        raise InputError(f"{source}: no op carries an affinity; not a placed model")
+    return used
+
+
+def read_placed(xml: str | os.PathLike) -> PlacedModel:
+    from hdp.ir.openvino_frontend import read_model
+
+    xml = Path(xml)
+    model = read_model(xml)
+    used = restore_affinity(model, str(xml))
+    devs = (_model_info(model, "devices") or "").split(",")
+    devs = [d for d in devs if d] or used
+    for d in used:
+        if d not in devs:
+            raise InputError(f"{xml}: an op is placed on '{d}', which is not in the model's device list {devs}")
+    method = _model_info(model, "method") or "unknown"
+    tjson = _model_info(model, "target")
+    if tjson:
+        try:
+            target = msgspec.convert(json.loads(tjson), Target)
+        except (ValueError, msgspec.ValidationError) as e:
+            raise InputError(f"{xml}: invalid hdp target record: {e}") from None
+    else:
+        target = devices_target(devs)
+    return PlacedModel(model=model, devices=devs, method=method, target=target)
+
+
+def compile_placed(xml: str | os.PathLike, target: Target | None = None, config: dict | None = None,
+                   core=None):
+    """Compile a placed model with HETERO over its devices; returns an ``ov.CompiledModel``."""
+    from hdp.runtime.devices import hetero_name, make_core
+
+    pm = read_placed(xml)
+    t = target or pm.target
+    for d in pm.devices:
+        t.device(d)  # raises InputError naming an unknown device
+    core = core or make_core(t, pm.devices)
+    try:
+        return core.compile_model(pm.model, hetero_name(pm.devices), dict(config or {}))
+    except RuntimeError as e:
+        raise InputError(f"{xml}: HETERO compile failed: {str(e).strip().splitlines()[-1]}") from None

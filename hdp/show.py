@@ -1,0 +1,94 @@
+"""Human-readable summaries of Modules and (placed) models for ``hdp show``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from hdp.errors import HdpError
+from hdp.ir.types import Module
+
+
+def _table(counter: Counter, limit: int = 12) -> list[str]:
+    rows = counter.most_common()
+    lines = [f"    {k:<28} {v}" for k, v in rows[:limit]]
+    if len(rows) > limit:
+        lines.append(f"    ... {len(rows) - limit} more types, {sum(v for _, v in rows[limit:])} ops")
+    return lines
+
+
+def describe(m: Module) -> str:
+    g = m.graph
+    lines = [f"ops: {g.n_ops}   edges: {g.n_edges}   schema: {m.schema}",
+             f"stages: {', '.join(m.stages())}"]
+    if m.meta.get("source"):
+        lines.append(f"source: {m.meta['source']}  ({m.meta.get('input_shapes', '')})")
+    lines.append(f"FLOPs: {sum(op.flops for op in g.ops):.3e}   weights: "
+                 f"{sum(op.weight_bytes for op in g.ops) / 1e6:.1f} MB")
+    lines.append("op types:")
+    lines += _table(Counter(op.type for op in g.ops))
+    if m.features is not None:
+        f = m.features
+        lines.append(f"features: {f.matrix.shape[1]} columns (vocabulary v{f.vocab_version})")
+        legend = _compress_legend(f.legend)
+        lines.append("    " + ", ".join(legend))
+    if m.support is not None:
+        mask = m.support.mask.numpy()
+        lines.append("support: " + ", ".join(f"{d}: {int(mask[:, j].sum())}/{g.n_ops}"
+                                             for j, d in enumerate(m.support.devices)))
+    if m.costs is not None:
+        c = m.costs
+        t = c.op_time.numpy()
+        lines.append("costs (sum of op times): " + ", ".join(
+            f"{d}: {np.where(np.isfinite(t[:, j]), t[:, j], 0).sum() * 1e3:.3f} ms ({c.kind[j]})"
+            for j, d in enumerate(c.devices)))
+    if m.coarse is not None:
+        c = m.coarse
+        lines.append(f"coarse: {c.n_groups} groups, {c.indices.shape[0]} group edges "
+                     f"({g.n_ops / max(c.n_groups, 1):.1f} ops per group)")
+    if m.partition is not None:
+        p = m.partition
+        lines.append(f"partition: {p.method}, {p.group_device.shape[0]} groups")
+    if m.placement is not None:
+        p = m.placement
+        counts = Counter(p.devices[int(d)] for d in p.device_of.numpy())
+        lines.append(f"placement ({p.method}): " + ", ".join(f"{d}: {counts.get(d, 0)}" for d in p.devices))
+    return "\n".join(lines)
+
+
+def _compress_legend(legend) -> list[str]:
+    """Group ``prefix:item`` columns: ``type[64]`` rather than 64 names."""
+    out, counts = [], Counter()
+    order = []
+    for name in legend:
+        prefix = name.split(":", 1)[0] if ":" in name else name
+        if prefix not in counts:
+            order.append(prefix)
+        counts[prefix] += 1
+    for p in order:
+        out.append(f"{p}[{counts[p]}]" if counts[p] > 1 else p)
+    return out
+
+
+def show(path: str) -> str:
+    p = Path(path)
+    if p.suffix.lower() == ".xml":
+        from hdp.ir.openvino_frontend import lower
+
+        m = lower(p)
+        text = describe(m)
+        try:
+            from hdp.runtime.placed import read_placed
+
+            pm = read_placed(p)
+            counts = Counter(op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops())
+            text += f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
+                f"{d}: {counts.get(d, 0)}" for d in pm.devices)
+        except HdpError:
+            text += "\nnot placed (no affinities)"
+        return text
+    from hdp.ir.serde import load
+
+    return describe(load(p))
