@@ -53,8 +53,8 @@ class Progress(Instrument):
 
     def before(self, name, key):
         self._t0 = time.perf_counter()
-        print(f"[hdp] {name} ...", end="", file=sys.stderr, flush=True)
 
     def after(self, name, key, hit, module):
         dt = time.perf_counter() - self._t0
-        print(f" {'cached' if hit else f'{dt:.2f}s'}", file=sys.stderr, flush=True)
+        took = "cached" if hit else f"{dt:.2f}s"
+        print(f"[hdp] {name:<10} {took}", file=sys.stderr, flush=True)

@@ -1,0 +1,34 @@
+# Everything installs into .venv; `make demo` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.hdp-installed
+OUT    ?= out
+TARGET ?= virtual
+MODEL  ?= inception_v3
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: this build is the CPU one on these machines (an unpinned torch is CUDA, GBs)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,zoo,plot]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## demo: generate a benchmark model, place it on the shipped default target, measure the placement
+demo: $(STAMP)
+	$(BIN)/hdp zoo $(MODEL) -o $(OUT)/$(MODEL).xml
+	$(BIN)/hdp compile $(OUT)/$(MODEL).xml --target $(TARGET) -o $(OUT)/$(MODEL).placed.xml --timings $(OUT)/timings.json
+	$(BIN)/hdp show $(OUT)/$(MODEL).placed.xml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest bench --benchmark-only -o addopts="" -q
+
+clean:
+	rm -rf $(VENV) $(OUT) .benchmarks

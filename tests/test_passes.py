@@ -1,0 +1,97 @@
+import json
+
+import numpy as np
+import pytest
+
+from hdp.errors import HdpError, InputError, PassError
+from hdp.ir import serde
+from hdp.ir.openvino_frontend import lower
+from hdp.passes.cache import PassCache
+from hdp.passes.instruments import Timing
+from hdp.passes.manager import PassManager, check_schedule, pass_key
+from hdp.pipeline import compile_schedule, make_pass
+from hdp.runtime.target import devices_target, load_target
+
+
+def test_schedule_is_validated():
+    with pytest.raises(HdpError, match="requires partition"):
+        check_schedule([make_pass("assign", {})], ["graph"])
+
+
+def test_pass_key_depends_on_options_and_input():
+    t = devices_target(["CPU"])
+    a = make_pass("partition", {"target": t, "method": "single:CPU"})
+    b = make_pass("partition", {"target": t, "method": "hetero-auto"})
+    assert pass_key(a, "d1") != pass_key(b, "d1")
+    assert pass_key(a, "d1") != pass_key(a, "d2")
+    assert pass_key(a, "d1") == pass_key(make_pass("partition", {"target": t, "method": "single:CPU"}), "d1")
+
+
+def test_options_convert_and_unknown_rejected():
+    t = devices_target(["CPU"])
+    p = make_pass("partition", {"target": t, "seed": "7"})
+    assert p.seed == 7
+    with pytest.raises(InputError, match="bogus"):
+        make_pass("partition", {"target": t, "bogus": "1"})
+    with pytest.raises(InputError, match="unknown pass 'nope'"):
+        make_pass("nope", {})
+
+
+def test_cache_hit_same_output_and_corrupt_entry(branchy_xml, cache_dir):
+    m = lower(branchy_xml)
+    sched = compile_schedule(devices_target(["CPU"]), "single:CPU")
+    t1, t2 = Timing(), Timing()
+    out1 = PassManager(sched, cache=PassCache(cache_dir), instruments=[t1]).run(m)
+    out2 = PassManager(sched, cache=PassCache(cache_dir), instruments=[t2]).run(m)
+    assert [r["cache_hit"] for r in t1.rows] == [False] * 3
+    assert [r["cache_hit"] for r in t2.rows] == [True] * 3
+    assert serde.encode(out1) == serde.encode(out2)
+    # corrupt one entry: it is discarded with a warning and recomputed
+    entry = next(cache_dir.rglob("*.hdp"))
+    entry.write_bytes(entry.read_bytes()[:-5] + b"xxxxx")
+    t3 = Timing()
+    with pytest.warns(UserWarning, match="corrupt cache entry"):
+        out3 = PassManager(sched, cache=PassCache(cache_dir), instruments=[t3]).run(m)
+    assert serde.encode(out3) == serde.encode(out1)
+    assert sum(not r["cache_hit"] for r in t3.rows) >= 1
+
+
+def test_hetero_auto_uses_priority_order(branchy_xml):
+    m = lower(branchy_xml)
+    t = load_target("virtual")
+    out = PassManager(compile_schedule(t, "hetero-auto")).run(m)
+    assert set(out.placement.device_of.numpy().tolist()) == {0}  # CPU supports everything, first
+    out = PassManager(compile_schedule(t, "hetero-auto:CPU_B,CPU")).run(m)
+    assert set(out.placement.device_of.numpy().tolist()) == {1}
+
+
+def test_assign_colocates_constants_and_results(branchy_xml):
+    from hdp.ir.types import Array, Partition
+
+    m = lower(branchy_xml)
+    m = make_pass("support", {"target": load_target("virtual")}).run(m)
+    names = [op.name for op in m.graph.ops]
+    # put every compute op on CPU_B except conv; constants/params/results start on the "wrong" side
+    dev = np.array([0 if n == "conv" else (1 if m.graph.ops[i].type not in ("Constant", "Parameter", "Result")
+                                           else 1 - (n == "w")) for i, n in enumerate(names)], np.int16)
+    part = Partition("manual", ("CPU", "CPU_B"), Array.of(np.arange(len(names), dtype=np.int32)), Array.of(dev))
+    out = make_pass("assign", {}).run(m.replace(partition=part)).placement.device_of.numpy()
+    d = dict(zip(names, out.tolist()))
+    assert d["w"] == d["conv"] == 0 and d["x"] == 0  # constant and parameter follow conv
+    assert d["axis"] == d["split"] == 1
+    assert d["out"] == d["sum"] and d["feat"] == d["relu"]
+
+
+def test_failing_pass_is_named(branchy_xml):
+    m = lower(branchy_xml)
+    with pytest.raises(PassError, match="pass 'partition'.*unknown device 'GPU'"):
+        PassManager(compile_schedule(devices_target(["CPU"]), "single:GPU")).run(m)
+
+
+def test_timings_json(branchy_xml, tmp_path):
+    t = Timing()
+    PassManager(compile_schedule(devices_target(["CPU"]), "single:CPU"), instruments=[t]).run(lower(branchy_xml))
+    t.write(tmp_path / "t.json")
+    rows = json.loads((tmp_path / "t.json").read_text())
+    assert [r["pass"] for r in rows] == ["support", "partition", "assign"]
+    assert all(r["seconds"] >= 0 and len(r["key"]) == 32 for r in rows)
