@@ -15,7 +15,16 @@ so it is not in the exact objective; ``boundary_penalty`` (default: the cost tab
 and overestimates it where one subgraph receives several tensors. ``boundary_penalty=0`` gives
 the pure compute + copy optimum. Ops that ``assign`` moves (Constants and constant-only chains,
 Parameters: to their first consumer; Results: to their producer) are tied to that op in the
-model, so the optimum is the optimum of the placement that is finally compiled.
+model, so the optimum is the optimum of the placement that is finally compiled (a tie no device
+can honour, e.g. a Convert only device A runs feeding an op only device B runs, is left out).
+
+The min-cut is exact up to its integer capacities: scipy's max-flow keeps them in int32, so the
+finite costs are scaled to sum to 2^30 (rounding error ≤ half a unit per term). Options, from the
+partition pass (``req.options``): ``boundary_penalty`` (seconds per copy, see above),
+``time_limit`` (ILP seconds, default 60; on timeout the best solution found is used, or the
+better of "each op on its fastest device" and the best single device if none was), ``mip_gap``
+(ILP relative gap, default 1e-4). ``optimal:ilp`` forces the ILP with two devices. ``info``
+reports the objective, the gap, the solve time and the simulated latency.
 """
 
 from __future__ import annotations
