@@ -230,3 +230,32 @@ def test_optimal_breaks_a_tie_no_device_can_honour():
     for arg in ("mincut", "ilp"):
         dev = op_devices(run("optimal", m, arg=arg))
         assert dev[1] == 0 and dev[3] == 1 and dev[4] == 1
+
+
+def test_optimal_on_a_lowered_openvino_model_matches_brute_force():
+    import openvino.opset13 as ops
+    from openvino import Model
+
+    from hdp.ir.openvino_frontend import lower_model
+
+    x = ops.parameter([1, 4, 8, 8], np.float32, name="x")
+    w = ops.constant(np.ones((4, 4, 1, 1), np.float32), name="w")
+    conv = ops.convolution(x, w, [1, 1], [0, 0], [0, 0], [1, 1], name="conv")
+    relu = ops.relu(conv, name="relu")
+    add = ops.add(relu, x, name="add")
+    parts = ops.split(add, ops.constant(np.int64(1), name="axis"), 2, name="split")
+    a = ops.sigmoid(parts.output(0), name="a")
+    b = ops.tanh(parts.output(1), name="b")
+    model = Model([ops.result(a, name="ra"), ops.result(b, name="rb"), ops.result(parts.output(1), name="rc")],
+                  [x], "tiny")
+    m = lower_model(model)
+    types = [op.type for op in m.graph.ops]
+    assert "Split" in types and m.graph.n_ops <= 14, types
+    rng = np.random.default_rng(0)
+    t = rng.uniform(1e-4, 1e-3, (m.graph.n_ops, 2))
+    from hdp.ir.types import Costs
+    for bw in (1e6, 1e9):  # copies dear (a 1 KB tensor: 1 ms) and cheap
+        mm = m.replace(costs=Costs(("D0", "D1"), Array.of(t), ("modeled",) * 2, 1e-5, bw, 3e-5))
+        for penalty in (0.0, 3e-5):
+            dev = op_devices(run("optimal", mm, boundary_penalty=penalty))
+            assert objective(mm, dev, penalty) == pytest.approx(brute_force(mm, penalty), rel=1e-6)
