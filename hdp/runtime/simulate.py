@@ -122,9 +122,7 @@ class Tensors:
         self.ptr = np.zeros(self.n + 1, np.int64)
         np.cumsum(np.bincount(cons_t, minlength=self.n), out=self.ptr[1:])
         self.cost = c.link_latency + self.bytes / c.link_bandwidth if c is not None else np.zeros(self.n)
-        # per kept edge, for schedulers that walk predecessors
-        self.edge_tensor = tid
-        self.edge_src, self.edge_dst = src, dst
+        self.edge_tensor = tid  # tensor of every kept edge, in graph edge order
 
 
 class Simulator:
