@@ -1,0 +1,340 @@
+"""Numba kernels of the simulator and the list-scheduling placer, over plain arrays.
+
+Conventions shared by every kernel (built once by :class:`hdp.runtime.simulate.Simulator`):
+
+- ``dev``: int64 device per op; ``res_src``: producer of each Result op (``-1`` otherwise), a
+  Result always runs where its producer runs (HETERO overrides its affinity);
+- ``time``: float64 n_ops x n_devices, ``inf`` where unsupported, 0 for Parameter/Constant/Result;
+- tensors ``t``: CSR ``t_ptr``/``t_cons`` of the distinct consumer ops of each chargeable output
+  tensor, ``t_prod`` its producer and ``t_cost`` the seconds one copy of it costs;
+- union edges ``u_src``/``u_dst``: every edge whose producer is not a Constant, in CSR (producer)
+  order, so that a producer's incoming edges are all seen before its outgoing ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def _find(parent, x):
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+@njit(cache=True, inline="always")
+def _union(parent, a, b):
+    ra = _find(parent, a)
+    rb = _find(parent, b)
+    if ra != rb:
+        if ra < rb:
+            parent[rb] = ra
+        else:
+            parent[ra] = rb
+
+
+@njit(cache=True)
+def effective_devices(dev, res_src, eff):
+    """``eff[i]``: the device op ``i`` really runs on (a Result runs with its producer)."""
+    for i in range(dev.shape[0]):
+        s = res_src[i]
+        eff[i] = dev[s] if s >= 0 else dev[i]
+
+
+@njit(cache=True)
+def compute_time(eff, time):
+    """Sum of every op's time on its device."""
+    total = 0.0
+    for i in range(eff.shape[0]):
+        total += time[i, eff[i]]
+    return total
+
+
+@njit(cache=True)
+def copy_time(eff, t_ptr, t_prod, t_cons, t_cost, stamp):
+    """Each tensor is copied once to every device other than its producer's that consumes it.
+
+    ``stamp`` is scratch of length n_devices (overwritten).
+    """
+    stamp[:] = -1
+    total = 0.0
+    for t in range(t_prod.shape[0]):
+        home = eff[t_prod[t]]
+        for k in range(t_ptr[t], t_ptr[t + 1]):
+            d = eff[t_cons[k]]
+            if d != home and stamp[d] != t:
+                stamp[d] = t
+                total += t_cost[t]
+    return total
+
+
+@njit(cache=True)
+def _components(n, eff, u_src, u_dst, stage, in_scc, comp0, mode, parent, label):
+    """Union-find over same-device edges; returns the number of components and fills ``label``.
+
+    mode 0: every same-device edge unites; mode 1: only edges within one stage;
+    mode 2: within one stage where the mode-0 component ``comp0`` is on a quotient cycle.
+    """
+    for i in range(n):
+        parent[i] = i
+    for e in range(u_src.shape[0]):
+        u = u_src[e]
+        v = u_dst[e]
+        if eff[u] != eff[v]:
+            continue
+        if mode == 1 and stage[u] != stage[v]:
+            continue
+        if mode == 2 and stage[u] != stage[v] and in_scc[comp0[u]]:
+            continue
+        _union(parent, u, v)
+    k = 0
+    for i in range(n):
+        r = _find(parent, i)
+        if r == i:
+            label[i] = k
+            k += 1
+        else:
+            label[i] = label[r]  # r < i: the root is the smallest member
+    return k
+
+
+@njit(cache=True)
+def _cyclic_components(k, label, eff, u_src, u_dst, in_scc):
+    """Mark the components that lie on a cycle of the quotient graph (Tarjan, iterative)."""
+    m = 0
+    for e in range(u_src.shape[0]):
+        if label[u_src[e]] != label[u_dst[e]]:
+            m += 1
+    q_ptr = np.zeros(k + 1, np.int64)
+    for e in range(u_src.shape[0]):
+        a = label[u_src[e]]
+        if a != label[u_dst[e]]:
+            q_ptr[a + 1] += 1
+    for a in range(k):
+        q_ptr[a + 1] += q_ptr[a]
+    fill = q_ptr[:k].copy()
+    q_idx = np.empty(m, np.int64)
+    for e in range(u_src.shape[0]):
+        a = label[u_src[e]]
+        b = label[u_dst[e]]
+        if a != b:
+            q_idx[fill[a]] = b
+            fill[a] += 1
+    index = np.full(k, -1, np.int64)
+    low = np.zeros(k, np.int64)
+    on_stack = np.zeros(k, np.bool_)
+    stack = np.empty(k, np.int64)
+    sp = 0
+    call = np.empty(k, np.int64)
+    nxt = np.empty(k, np.int64)
+    cp = 0
+    counter = 0
+    in_scc[:k] = False
+    for root in range(k):
+        if index[root] >= 0:
+            continue
+        call[0] = root
+        nxt[0] = q_ptr[root]
+        cp = 1
+        index[root] = counter
+        low[root] = counter
+        counter += 1
+        stack[sp] = root
+        sp += 1
+        on_stack[root] = True
+        while cp > 0:
+            v = call[cp - 1]
+            if nxt[cp - 1] < q_ptr[v + 1]:
+                w = q_idx[nxt[cp - 1]]
+                nxt[cp - 1] += 1
+                if index[w] < 0:
+                    index[w] = counter
+                    low[w] = counter
+                    counter += 1
+                    stack[sp] = w
+                    sp += 1
+                    on_stack[w] = True
+                    call[cp] = w
+                    nxt[cp] = q_ptr[w]
+                    cp += 1
+                elif on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                if low[v] == index[v]:
+                    top = sp
+                    while True:
+                        sp -= 1
+                        w = stack[sp]
+                        on_stack[w] = False
+                        if w == v:
+                            break
+                    if top - sp > 1:
+                        for j in range(sp, top):
+                            in_scc[stack[j]] = True
+                cp -= 1
+                if cp > 0:
+                    u = call[cp - 1]
+                    if low[v] < low[u]:
+                        low[u] = low[v]
+
+
+@njit(cache=True)
+def subgraph_labels(eff, u_src, u_dst, label, scratch_parent, scratch_label, stage, comp0, in_scc):
+    """HETERO subgraphs of a placement: fills ``label`` (subgraph per op), returns their number.
+
+    Subgraphs are the connected components of same-device edges. Where such components would
+    depend on each other cyclically (a device-A op feeding device B feeding back into the same
+    A component, e.g. a residual block), the components on the cycle are split by *stage*, the
+    number of device switches on the longest path reaching an op, which makes the order acyclic.
+    """
+    n = eff.shape[0]
+    for i in range(n):
+        stage[i] = 0
+    for e in range(u_src.shape[0]):
+        u = u_src[e]
+        v = u_dst[e]
+        s = stage[u] + (1 if eff[u] != eff[v] else 0)
+        if s > stage[v]:
+            stage[v] = s
+    k0 = _components(n, eff, u_src, u_dst, stage, in_scc, comp0, 0, scratch_parent, comp0)
+    k1 = _components(n, eff, u_src, u_dst, stage, in_scc, comp0, 1, scratch_parent, scratch_label)
+    if k1 == k0:  # the stage split refines the components; equal counts: nothing was split
+        label[:] = comp0
+        return k0
+    _cyclic_components(k0, comp0, eff, u_src, u_dst, in_scc)
+    return _components(n, eff, u_src, u_dst, stage, in_scc, comp0, 2, scratch_parent, label)
+
+
+@njit(cache=True)
+def count_subgraphs(label, k, counted, seen):
+    """Number of subgraphs holding at least one op that HETERO turns into a submodel
+    (``counted``: not a Constant, not a Result)."""
+    seen[:k] = False
+    c = 0
+    for i in range(label.shape[0]):
+        if counted[i] and not seen[label[i]]:
+            seen[label[i]] = True
+            c += 1
+    return c
+
+
+@njit(cache=True)
+def sequential_terms(dev, res_src, time, t_ptr, t_prod, t_cons, t_cost, u_src, u_dst, counted,
+                     eff, stamp, label, parent, label2, stage, comp0, flags, seen):
+    """(compute seconds, copy seconds, number of subgraphs) of one placement."""
+    effective_devices(dev, res_src, eff)
+    comp = compute_time(eff, time)
+    copy = copy_time(eff, t_ptr, t_prod, t_cons, t_cost, stamp)
+    k = subgraph_labels(eff, u_src, u_dst, label, parent, label2, stage, comp0, flags)
+    nsub = count_subgraphs(label, k, counted, seen)
+    return comp, copy, nsub
+
+
+@njit(cache=True)
+def sequential_batch(devs, res_src, time, t_ptr, t_prod, t_cons, t_cost, u_src, u_dst, counted,
+                     overhead, out, eff, stamp, label, parent, label2, stage, comp0, flags, seen):
+    """Sequential latency of every row of ``devs`` into ``out``."""
+    for b in range(devs.shape[0]):
+        comp, copy, nsub = sequential_terms(devs[b], res_src, time, t_ptr, t_prod, t_cons, t_cost,
+                                            u_src, u_dst, counted, eff, stamp, label, parent,
+                                            label2, stage, comp0, flags, seen)
+        out[b] = comp + copy + overhead * nsub
+
+
+@njit(cache=True)
+def parallel_latency(eff, time, zero, p_ptr, p_src, p_cost, label, counted, overhead,
+                     finish, avail, opened):
+    """Makespan when devices run concurrently.
+
+    Ops are list-scheduled in topological (index) order; an op starts when its inputs have
+    arrived (producer finish, plus the copy time when it crosses devices; links never congest)
+    and its device is free. Zero-time ops (Parameter/Constant/Result) do not occupy a device.
+    A subgraph pays ``overhead`` once, before its first op.
+    """
+    avail[:] = 0.0
+    opened[:] = False
+    end = 0.0
+    for v in range(eff.shape[0]):
+        d = eff[v]
+        ready = 0.0
+        for k in range(p_ptr[v], p_ptr[v + 1]):
+            u = p_src[k]
+            a = finish[u]
+            if eff[u] != d:
+                a += p_cost[k]
+            if a > ready:
+                ready = a
+        if zero[v]:
+            finish[v] = ready
+        else:
+            start = ready if ready > avail[d] else avail[d]
+            if counted[v] and not opened[label[v]]:
+                opened[label[v]] = True
+                start += overhead
+            finish[v] = start + time[v, d]
+            avail[d] = finish[v]
+        if finish[v] > end:
+            end = finish[v]
+    return end
+
+
+@njit(cache=True)
+def upward_rank(time, s_ptr, s_dst, s_cost):
+    """HEFT's upward rank: mean supported time plus the costliest path to an exit."""
+    n, nd = time.shape
+    rank = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        w = 0.0
+        c = 0
+        for d in range(nd):
+            if np.isfinite(time[i, d]):
+                w += time[i, d]
+                c += 1
+        w = w / c if c else 0.0
+        best = 0.0
+        for k in range(s_ptr[i], s_ptr[i + 1]):
+            r = s_cost[k] + rank[s_dst[k]]
+            if r > best:
+                best = r
+        rank[i] = w + best
+    return rank
+
+
+@njit(cache=True)
+def heft_schedule(order, time, zero, p_ptr, p_src, p_cost, dev):
+    """Earliest-finish-time assignment in ``order`` (non-insertion); fills ``dev``, returns makespan."""
+    n, nd = time.shape
+    finish = np.zeros(n)
+    avail = np.zeros(nd)
+    end = 0.0
+    for j in range(n):
+        v = order[j]
+        best_d = -1
+        best_f = np.inf
+        for d in range(nd):
+            t = time[v, d]
+            if not np.isfinite(t):
+                continue
+            ready = 0.0
+            for k in range(p_ptr[v], p_ptr[v + 1]):
+                u = p_src[k]
+                a = finish[u] + (p_cost[k] if dev[u] != d else 0.0)
+                if a > ready:
+                    ready = a
+            if zero[v]:
+                f = ready
+            else:
+                f = (ready if ready > avail[d] else avail[d]) + t
+            if f < best_f or best_d < 0:
+                best_f = f
+                best_d = d
+        dev[v] = best_d
+        finish[v] = best_f
+        if not zero[v]:
+            avail[best_d] = best_f
+        if best_f > end:
+            end = best_f
+    return end
