@@ -18,6 +18,10 @@ class PartitionPass(Pass, tag="partition"):
     target: Target
     method: str = "hetero-auto"
     seed: int = 0
+    # optimal
+    time_limit: float = 60.0  # ILP time limit, seconds
+    mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
+    boundary_penalty: float | None = None  # seconds per copy (default: the link's subgraph overhead)
     requires = ("graph", "support")
     provides = ("partition",)
 
