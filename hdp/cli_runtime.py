@@ -227,8 +227,8 @@ def profile_cmd(model, output, target, devices, runs, warmup, input_shape, top, 
         t = module.costs.op_time.numpy()
         finite = np.where(np.isfinite(t), t, 0.0)
         order = np.argsort(-finite.max(axis=1))[:top]
-        width = max(len(module.graph.ops[i].name) for i in order) if len(order) else 0
-        click.echo(f"costliest ops: {'  '.join(f'{d:>10}' for d in module.costs.devices)}")
+        width = max([len(module.graph.ops[i].name) for i in order] + [len("costliest ops")])
+        click.echo(f"{'costliest ops':<{width + 2}} {'':<14} " + "  ".join(f"{d:>10}" for d in module.costs.devices))
         for i in order:
             op = module.graph.ops[i]
             click.echo(f"  {op.name:<{width}} {op.type:<14} " + "  ".join(f"{_ms(x):>10}" for x in t[i]))

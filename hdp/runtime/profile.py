@@ -38,8 +38,10 @@ ops would make a many-op subgraph look slower than it is.
 Constant inputs) and output tensors, floating-point tensors counted at the device's precision.
 
 Parameters, Constants, Results and ops computed only from constants (folded at compile time; a
-ShapeOf is a constant for a static-shaped model) cost 0 everywhere. An op the target's support
-table marks unsupported on a device costs ``inf`` there.
+ShapeOf is a constant for a static-shaped model) cost 0 everywhere. An op the module's support
+table marks unsupported on a device costs ``inf`` there (without a table, a modeled device's
+``supported_ops`` list decides). A real device is profiled by compiling the whole model on it, so
+a real device that cannot compile every op of the model is an error here.
 """
 
 from __future__ import annotations
@@ -266,12 +268,15 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
     finally:
         if measurer is not None:
             measurer.close()
-    if module.support is not None and n:
+    if n:
         sup = module.support
+        free = zero_cost_ops(g)
+        types = np.array([op.type for op in g.ops], dtype=object)
         for j, d in enumerate(devs):
-            if d.name in sup.devices:
-                mask = sup.mask.numpy()[:, sup.devices.index(d.name)]
-                op_time[~mask, j] = np.inf
+            if sup is not None and d.name in sup.devices:
+                op_time[~sup.mask.numpy()[:, sup.devices.index(d.name)], j] = np.inf
+            elif d.kind == "modeled" and d.supported_ops:  # no support table: the target's list
+                op_time[~np.isin(types, d.supported_ops) & ~free, j] = np.inf
     costs = Costs(devices=target.device_names, op_time=Array.of(op_time, np.float64), kind=tuple(kinds),
                   link_latency=target.link.latency, link_bandwidth=target.link.bandwidth,
                   subgraph_overhead=target.link.subgraph_overhead, measured_total=tuple(totals))
