@@ -186,6 +186,11 @@ def test_evaluate_command(tiny, virtual, tmp_path):
     assert r.exit_code == 2 and "placed on 'CPU_B', which target 'CPU' does not have" in r.output
     r = run(main, ["evaluate", str(xml), "--target", "i9-flex170"])
     assert r.exit_code == 2 and "CPU_B" in r.output
+    src = tiny.meta["source"]
+    r = run(main, ["evaluate", src, "--target", "virtual"])
+    assert r.exit_code == 2 and "not a placed model" in r.output
+    r = run(main, ["evaluate", src, "--target", "virtual", "--plain", "CPU_B", "--runs", "2", "--no-cache"])
+    assert r.exit_code == 0 and "plain:CPU_B on virtual: median" in r.output
 
 
 def test_compare_with_plain(tiny, virtual, tmp_path):

@@ -84,6 +84,7 @@ def test_device_status():
     assert device_status(Device(name="CPU"), ["CPU"]) == "present"
     assert device_status(Device(name="NPU"), ["CPU"]) == "absent"
     assert device_status(Device(name="GPU.1", plugin="GPU"), ["CPU", "GPU"]) == "present"
+    assert device_status(Device(name="GPU"), ["CPU", "GPU.0", "GPU.1"]) == "present"
     assert device_status(Device(name="CPU_B", plugin="CPU", alias=True), ["CPU"]) == "present"
     assert device_status(Device(name="X", kind="modeled"), []) == "modeled"
 
