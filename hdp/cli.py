@@ -240,6 +240,13 @@ def zoo_cmd(name, output):
     click.echo(f"{name} -> {path}")
 
 
+from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd  # noqa: E402
+
+main.add_command(targets_cmd)
+main.add_command(evaluate_cmd)
+main.add_command(profile_cmd)
+
+
 def run():  # pragma: no cover
     main(prog_name="hdp")
 

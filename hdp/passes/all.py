@@ -3,3 +3,4 @@
 import hdp.passes.assign  # noqa: F401
 import hdp.passes.partition  # noqa: F401
 import hdp.passes.support  # noqa: F401
+import hdp.passes.profile  # noqa: F401

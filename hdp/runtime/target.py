@@ -17,6 +17,7 @@ A target is a TOML file decoded with msgspec::
     precision = "f16"
     memory_bandwidth = 512e9
     op_overhead = 8e-6
+    efficiency = 0.5          # fraction of peak_flops reached on real layers (default 1.0)
     supported_ops = []        # empty: every op type; otherwise the list it supports
 
     [link]
@@ -24,12 +25,21 @@ A target is a TOML file decoded with msgspec::
     bandwidth = 16e9
     subgraph_overhead = 30e-6
 
+Modeled devices are costed by a roofline (:mod:`hdp.runtime.profile`): an op takes
+``max(flops / (peak_flops[precision] * efficiency), bytes / memory_bandwidth) + op_overhead`` seconds,
+where ``bytes`` counts its input and output tensors with floating-point tensors stored at the
+device's ``precision`` (f32 = 4 bytes, f16/bf16 = 2, i8 = 1). ``efficiency`` (0 < e <= 1) is the
+share of the published peak a device sustains on real layers; peaks are rarely reached, so a
+modeled target should state its assumption there.
+
+Every field error names its path (``devices[0].peak_flops: Expected `object`, got `str```).
 This module does not import openvino; :mod:`hdp.runtime.devices` does the registering.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -37,6 +47,16 @@ from typing import Literal
 import msgspec
 
 from hdp.errors import InputError
+
+
+#: Bytes per element of a floating-point tensor stored at a modeled device's precision.
+PRECISION_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i8": 1, "u8": 1}
+
+
+def _with_path(msg: str) -> str:
+    """msgspec says ``Expected `float`, got `str` - at `$.link.bandwidth```; put the field first."""
+    m = re.match(r"(?s)(.*) - at `\$\.?(.*)`$", msg)
+    return f"{m.group(2) or '(top level)'}: {m.group(1)}" if m else msg
 
 
 class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -50,6 +70,7 @@ class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     precision: str = "f32"
     memory_bandwidth: float = 0.0
     op_overhead: float = 0.0
+    efficiency: float = 1.0
     supported_ops: list[str] = []
     description: str = ""
 
@@ -93,17 +114,30 @@ def _validate(t: Target, source: str) -> Target:
         where = f"{source}: devices[{i}]"
         if not d.name or any(c in d.name for c in ",:() "):
             raise InputError(f"{where}.name: invalid device name '{d.name}'")
-        if names.count(d.name) > 1:
+        if d.name in names[:i]:
             raise InputError(f"{where}.name: duplicate device '{d.name}'")
         if d.kind == "modeled":
+            if d.precision not in PRECISION_BYTES:
+                raise InputError(f"{where}.precision: unknown precision '{d.precision}' "
+                                 f"(known: {', '.join(PRECISION_BYTES)})")
             if not d.peak_flops or d.precision not in d.peak_flops:
                 raise InputError(f"{where}.peak_flops: needs an entry for precision '{d.precision}'")
-            if d.memory_bandwidth <= 0:
+            bad = [k for k, v in d.peak_flops.items() if not v > 0]
+            if bad:
+                raise InputError(f"{where}.peak_flops.{bad[0]}: must be > 0")
+            if not d.memory_bandwidth > 0:
                 raise InputError(f"{where}.memory_bandwidth: must be > 0 for a modeled device")
+            if not 0 < d.efficiency <= 1:
+                raise InputError(f"{where}.efficiency: must be in (0, 1], got {d.efficiency}")
+            if not d.op_overhead >= 0:
+                raise InputError(f"{where}.op_overhead: must be >= 0")
         if d.alias and not d.plugin:
             raise InputError(f"{where}.plugin: an aliased device must name the plugin it registers")
-    if t.link.bandwidth <= 0:
-        raise InputError(f"{source}: link.bandwidth must be > 0")
+    if not t.link.bandwidth > 0:
+        raise InputError(f"{source}: link.bandwidth: must be > 0")
+    for field in ("latency", "subgraph_overhead"):
+        if not getattr(t.link, field) >= 0:
+            raise InputError(f"{source}: link.{field}: must be >= 0")
     return t
 
 
@@ -111,7 +145,7 @@ def parse_target(data: bytes | str, source: str = "<target>") -> Target:
     try:
         t = msgspec.toml.decode(data, type=Target)
     except msgspec.ValidationError as e:
-        raise InputError(f"{source}: invalid target: {e}") from None
+        raise InputError(f"{source}: invalid target: {_with_path(str(e))}") from None
     except msgspec.DecodeError as e:
         raise InputError(f"{source}: malformed TOML: {e}") from None
     return _validate(t, source)

@@ -1,0 +1,236 @@
+"""Runtime commands of the ``hdp`` CLI: ``targets``, ``evaluate`` and ``profile``.
+
+Registered on the main group in :mod:`hdp.cli` with ``main.add_command(...)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import warnings
+from pathlib import Path
+
+import click
+
+
+def _user_errors(fn):
+    """hdp.cli.user_errors, imported when the command runs (hdp.cli imports this module)."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        from hdp.cli import user_errors
+
+        return user_errors(fn)(*a, **kw)
+
+    return wrapper
+
+
+def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
+    from hdp.cli import _target
+
+    if target is None and devices is None and default is None:
+        return None
+    return _target(target, devices)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f} ms" if math.isfinite(s) else "-"
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def device_status(device, available: list[str]) -> str:
+    """``present``, ``absent`` or ``modeled`` for one device of a target on this host."""
+    if device.kind == "modeled":
+        return "modeled"
+    base = device.name.split(".")[0]
+    if device.name in available or base in available or any(a.split(".")[0] == device.name for a in available):
+        return "present"  # GPU.1 is a GPU; GPU names the first of GPU.0, GPU.1
+    if device.alias and device.plugin_name.split(".")[0] in available:
+        return "present"  # registered from its plugin by make_core
+    return "absent"
+
+
+def _describe(d) -> str:
+    if d.kind == "modeled":
+        peak = d.peak_flops.get(d.precision, 0.0)
+        return (f"{d.precision} {peak / 1e12:.2f} TFLOP/s x {d.efficiency:g}, {d.memory_bandwidth / 1e9:.1f} GB/s, "
+                f"{d.op_overhead * 1e6:g} us/op")
+    cfg = ", ".join(f"{k}={v}" for k, v in d.config.items())
+    src = f"alias of {d.plugin}" if d.alias else f"plugin {d.plugin_name}"
+    return src + (f"; {cfg}" if cfg else "")
+
+
+@click.command("targets")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_user_errors
+def targets_cmd(as_json):
+    """List the built-in targets, their devices, and which real devices this host has."""
+    import msgspec
+    import openvino as ov
+
+    from hdp.runtime.target import builtin_names, host_target, load_target
+
+    available = list(ov.Core().available_devices)
+    rows = []
+    for name in builtin_names():
+        t = host_target(available) if name == "host" else load_target(name)
+        rows.append((t, [(d, device_status(d, available)) for d in t.devices]))
+    if as_json:
+        out = []
+        for t, devs in rows:
+            out.append({"name": t.name, "description": t.description, "link": msgspec.to_builtins(t.link),
+                        "devices": [dict(msgspec.to_builtins(d), status=s) for d, s in devs]})
+        click.echo(json.dumps(out, indent=2))
+        return
+    for t, devs in rows:
+        click.echo(f"{t.name}: {t.description}")
+        for d, status in devs:
+            shown = "-" if status == "modeled" else status
+            click.echo(f"  {d.name:<8} {d.kind:<8} {shown:<8} {_describe(d)}")
+        ln = t.link
+        click.echo(f"  link: {ln.latency * 1e6:g} us + bytes / {ln.bandwidth / 1e9:g} GB/s; "
+                   f"{ln.subgraph_overhead * 1e6:g} us per subgraph")
+    click.echo(f"OpenVINO devices on this host: {', '.join(available) or 'none'}")
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+@click.command("evaluate")
+@click.argument("placed", type=click.Path(dir_okay=False))
+@click.option("--target", default=None, help="Target (default: the one recorded in the placed model).")
+@click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
+@click.option("--runs", default=20, show_default=True, type=click.IntRange(1))
+@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0))
+@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds for one compile + warm-up + runs before the worker is killed.")
+@click.option("--plain", default=None, metavar="DEVICE",
+              help="Also time the model compiled directly on DEVICE (no HETERO).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (times in seconds).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Measurement cache directory (default: ~/.cache/hdp/measure).")
+@click.option("--no-cache", is_flag=True, help="Measure again even if a result is cached.")
+@_user_errors
+def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, as_json, cache_dir, no_cache):
+    """Measure a placed model (from `hdp compile`) with HETERO on the target's real devices.
+
+    A plain (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
+    """
+    from hdp.errors import InputError
+    from hdp.runtime.measure import MeasureError, Measurer, evaluate_placed
+
+    tgt = _load_target(target, devices, default=None)
+    cache = False if no_cache else (cache_dir or True)
+    kw = dict(runs=runs, warmup=warmup, timeout=timeout, cache=cache)
+    try:
+        res = evaluate_placed(placed, tgt, plain=plain, **kw)
+    except InputError as e:
+        if not plain or "not a placed model" not in str(e):
+            raise
+        with Measurer(placed, tgt or _load_target(None, None), **kw) as m:
+            res = {"plain": m.plain(plain)}
+    if as_json:
+        out = {k: v.to_dict() for k, v in res.items()}
+        if "placed" in res and "plain" in res and res["placed"].ok and res["plain"].ok:
+            out["speedup_vs_plain"] = res["plain"].median / res["placed"].median
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for k, m in res.items():
+            click.echo(f"{m.what} on {m.target}: {m.summary()}"
+                       + (f"; compile {m.compile_seconds:.2f} s" if m.ok and not m.cached else ""))
+        if "placed" in res and "plain" in res and res["placed"].ok and res["plain"].ok:
+            r = res["plain"].median / res["placed"].median
+            click.echo(f"speed-up over {res['plain'].what}: {r:.3f}x")
+    failed = [m for m in res.values() if not m.ok]
+    if failed:
+        raise MeasureError(failed[0].error)
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def costs_json(module, costs, info: dict | None = None) -> dict:
+    """Human-inspectable costs: per device totals, per op name/type/FLOPs and time per device
+    (seconds; null where the device does not support the op)."""
+    import numpy as np
+
+    from hdp.runtime.profile import coverage
+
+    t = costs.op_time.numpy()
+    cov = coverage(costs)
+    devs = []
+    for j, d in enumerate(costs.devices):
+        row = {"name": d, "kind": costs.kind[j], "total_seconds": costs.measured_total[j] if costs.measured_total else None,
+               "sum_seconds": float(t[np.isfinite(t[:, j]), j].sum()),
+               "coverage": cov[j] if math.isfinite(cov[j]) else None}
+        if info and d in info:
+            row.update({f"profile_{k}": v for k, v in info[d].items()})
+        devs.append(row)
+    ops = []
+    for i, op in enumerate(module.graph.ops):
+        ops.append({"name": op.name, "type": op.type, "flops": op.flops,
+                    "time": {d: (float(t[i, j]) if math.isfinite(t[i, j]) else None)
+                             for j, d in enumerate(costs.devices)}})
+    return {"model": module.meta.get("source", ""), "devices": devs,
+            "link": {"latency": costs.link_latency, "bandwidth": costs.link_bandwidth,
+                     "subgraph_overhead": costs.subgraph_overhead},
+            "ops": ops}
+
+
+@click.command("profile")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Costs as JSON.")
+@click.option("--target", default=None, help="Target name (see `hdp targets`) or TOML file.")
+@click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
+@click.option("--runs", default=10, show_default=True, type=click.IntRange(1))
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Print the N costliest ops.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Pass cache directory (default: ~/.cache/hdp).")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache (profile again).")
+@_user_errors
+def profile_cmd(model, output, target, devices, runs, warmup, input_shape, top, cache_dir, no_cache):
+    """Time every op of MODEL (.xml or a lowered .hdp) on every device of a target; write JSON."""
+    import numpy as np
+
+    from hdp.cli import _cache
+    from hdp.ir.openvino_frontend import parse_input_shapes
+    from hdp.ir.serde import load
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import lower_cached, make_pass
+
+    tgt = _load_target(target, devices)
+    cache = _cache(cache_dir, no_cache)
+    if Path(model).suffix.lower() == ".hdp":
+        module = load(model)
+    else:
+        module = lower_cached(model, parse_input_shapes(input_shape), cache)
+    sched = []
+    if module.support is None or module.support.devices != tgt.device_names:
+        sched.append(make_pass("support", {"target": tgt}))
+    sched.append(make_pass("profile", {"target": tgt, "runs": runs, "warmup": warmup}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = PassManager(sched, cache=cache).run(module.replace(costs=None))
+    for w in caught:
+        click.echo(f"hdp: warning: {w.message}", err=True)
+    doc = costs_json(module, module.costs)
+    Path(output).write_text(json.dumps(doc, indent=1))
+    for d in doc["devices"]:
+        cov = f", per-op sum {_ms(d['sum_seconds'])} ({d['coverage']:.2f} of it)" if d["coverage"] is not None \
+            and d["kind"] == "measured" else ""
+        click.echo(f"{d['name']} ({d['kind']}): whole model {_ms(d['total_seconds'])}{cov}")
+    if top:
+        t = module.costs.op_time.numpy()
+        finite = np.where(np.isfinite(t), t, 0.0)
+        order = np.argsort(-finite.max(axis=1))[:top]
+        width = max([len(module.graph.ops[i].name) for i in order] + [len("costliest ops")])
+        click.echo(f"{'costliest ops':<{width + 2}} {'':<14} " + "  ".join(f"{d:>10}" for d in module.costs.devices))
+        for i in order:
+            op = module.graph.ops[i]
+            click.echo(f"  {op.name:<{width}} {op.type:<14} " + "  ".join(f"{_ms(x):>10}" for x in t[i]))
+    click.echo(f"{module.graph.n_ops} ops on {tgt.name} -> {output}")

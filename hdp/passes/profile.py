@@ -1,0 +1,29 @@
+"""``profile``: per-op, per-device execution time (measured on real devices, modeled otherwise).
+
+See :mod:`hdp.runtime.profile` for how compiled nodes map back to ops, the roofline of modeled
+devices, and why per-op times are not scaled to the measured whole-model latency.
+"""
+
+from __future__ import annotations
+
+from hdp.ir.types import Module
+from hdp.passes.base import Pass, register
+from hdp.runtime.target import Target
+
+
+@register
+class ProfilePass(Pass, tag="profile"):
+    """Time every op on every device of the target (PERF_COUNT on real devices, roofline on modeled)."""
+
+    target: Target
+    runs: int = 10
+    warmup: int = 1
+    timeout: float = 600.0
+    requires = ("graph",)
+    provides = ("costs",)
+
+    def run(self, module: Module) -> Module:
+        from hdp.runtime.profile import profile_costs
+
+        costs, _ = profile_costs(module, self.target, runs=self.runs, warmup=self.warmup, timeout=self.timeout)
+        return module.replace(costs=costs)
