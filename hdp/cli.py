@@ -85,11 +85,14 @@ def main():
 @click.option("--timings", type=click.Path(dir_okay=False), default=None, help="Write per-pass timings as JSON.")
 @click.option("--dump-ir", type=click.Path(file_okay=False), default=None, help="Save the Module after each pass.")
 @click.option("--emit-ir", type=click.Path(dir_okay=False), default=None, help="Save the final Module (.hdp).")
+@click.option("--compare/--no-compare", default=True, show_default=True,
+              help="Measure the placement against the plain compile on each real device and say "
+                   "which is faster (real targets only; skipped with --quiet).")
 @click.option("--quiet", "-q", is_flag=True)
 @_apply(cache_options)
 @user_errors
 def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, timings, dump_ir,
-                emit_ir, quiet, cache_dir, no_cache):
+                emit_ir, compare, quiet, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.openvino_frontend import parse_input_shapes
@@ -124,6 +127,10 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
         counts = Counter(pl.devices[int(d)] for d in pl.device_of.numpy())
         share = ", ".join(f"{d}: {counts.get(d, 0)} ops" for d in pl.devices)
         click.echo(f"placed {module.graph.n_ops} ops with {pl.method} on {tgt.name} ({share}) -> {out}")
+        if compare and tgt.is_real:
+            from hdp.runtime.measure import compare_with_plain
+
+            click.echo(compare_with_plain(module, tgt, cache=cache.dir / "measure" if cache else False))
 
 
 @main.command("lower")

@@ -41,7 +41,8 @@ def make_core(target: Target, devices: list[str] | None = None):
                 except RuntimeError as e:
                     raise InputError(f"cannot register device '{d.name}' from plugin '{d.plugin}': {e}") from None
         avail = core.get_available_devices()
-        if d.name not in avail and d.name.split(".")[0] not in avail:
+        # "GPU" is present when OpenVINO lists GPU.0, GPU.1, ...
+        if d.name not in avail and not any(a.split(".")[0] == d.name for a in avail):
             raise InputError(f"device '{d.name}' of target '{target.name}' is not present on this host "
                              f"(OpenVINO sees: {', '.join(avail) or 'nothing'})")
         if d.config:
