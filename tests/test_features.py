@@ -256,3 +256,37 @@ def test_feature_matrix_matches_pass_output():
     g = random_graph(120, seed=2)
     p = FeaturesPass(radius=3)
     assert np.array_equal(feature_matrix(g, p), p.run(Module(graph=g)).features.matrix.numpy())
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_features_on_a_lowered_model(tmp_path):
+    import openvino as ov
+    import openvino.opset13 as ops
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    x = ops.parameter([1, 16], np.float32, name="x")
+    w = ops.constant(np.ones((16, 8), np.float32))
+    y = ops.softmax(ops.relu(ops.matmul(x, w, False, False)), 1)
+    ov.save_model(ov.Model([y.output(0)], [x], "tiny"), str(tmp_path / "m.xml"))
+    run = CliRunner().invoke
+    assert run(main, ["lower", str(tmp_path / "m.xml"), "-o", str(tmp_path / "in.hdp")]).exit_code == 0
+    r = run(main, ["pass", "features", str(tmp_path / "in.hdp"), "-o", str(tmp_path / "out.hdp"),
+                   "--set", "position=false", "--set", "radius=2", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    m = serde.load(tmp_path / "out.hdp")
+    legend = list(m.features.legend)
+    assert "pos" not in legend and "fractal" in legend
+    mat = m.features.matrix.numpy()
+    types = [op.type for op in m.graph.ops]
+    assert mat[types.index("MatMul"), legend.index("type:MatMul")] == 1
+    assert mat[types.index("MatMul"), legend.index("shape:1")] == np.float32(np.log1p(8))
+    r = run(main, ["show", str(tmp_path / "out.hdp")])
+    assert r.exit_code == 0 and f"features: {len(legend)} columns (vocabulary v1)" in r.output
+    assert "type[" in r.output and "fractal" in r.output
+    r = run(main, ["pass", "features", str(tmp_path / "in.hdp"), "-o", str(tmp_path / "bad.hdp"),
+                   "--set", "pos_dims=3", "--no-cache"])
+    assert r.exit_code == 2 and "pos_dims=3 must be even" in r.output

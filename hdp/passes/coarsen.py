@@ -13,10 +13,12 @@ Three steps, each keeping the group graph acyclic (kernels in :mod:`hdp.passes._
     published HSDAG code's ``merge_operations`` does); ``child``: u joins v when v is u's only
     child, whatever v's other parents; ``none``: skip. Contracting chains, out-trees or in-trees
     of such edges never creates a cycle, so no check is needed.
-(c) ``target`` > 0: multilevel coarsening down to exactly ``target`` groups (when there are more).
+(c) ``groups`` > 0: multilevel coarsening down to exactly ``groups`` groups (when there are more).
+    (The option is not called ``target``: the CLI and the pipeline hand a field of that name the
+    device Target.)
     Each level merges pairs of groups that are consecutive in a depth-first topological order —
     intervals of a topological order always have an acyclic quotient — preferring pairs joined by
-    an edge, heavy edges (bytes) first, and merged groups of at most ``2 * n_ops / target`` ops
+    an edge, heavy edges (bytes) first, and merged groups of at most ``2 * n_ops / groups`` ops
     (relaxed only when nothing else can merge).
 
 The result numbers groups in topological order (every group edge goes forward). Group edge bytes
@@ -41,25 +43,25 @@ RULES = {"paper": K.RULE_PAPER, "loose": K.RULE_LOOSE, "child": K.RULE_CHILD, "n
 
 @register
 class CoarsenPass(Pass, tag="coarsen"):
-    """Group ops: constants into consumers, HSDAG co-location, optional multilevel to `target`."""
+    """Group ops: constants into consumers, HSDAG co-location, optional multilevel to `groups`."""
 
     rule: str = "paper"  # paper | loose | child | none
     fold_constants: bool = True
-    target: int = 0  # 0: no multilevel step
+    groups: int = 0  # target number of groups; 0: no multilevel step
     requires = ("graph",)
     provides = ("coarse",)
 
     def check(self) -> None:
         if self.rule not in RULES:
-            raise InputError(f"coarsen: unknown rule '{self.rule}' (known: {', '.join(RULES)})")
-        if self.target < 0:
-            raise InputError(f"coarsen: target={self.target} must be >= 0 (0 turns it off)")
+            raise InputError(f"unknown rule '{self.rule}' (known: {', '.join(RULES)})")
+        if self.groups < 0:
+            raise InputError(f"groups={self.groups} must be >= 0 (0 turns it off)")
 
     def run(self, module: Module) -> Module:
         self.check()
         arrays = graph_arrays(module.graph)
         group_of, k = group_arrays(*arrays, rule=self.rule, fold_constants=self.fold_constants,
-                                   target=self.target)
+                                   groups=self.groups)
         return module.replace(coarse=build_coarse(module, arrays, group_of, k))
 
 
@@ -70,13 +72,13 @@ def graph_arrays(g: Graph):
 
 
 def group_ops(g: Graph, rule: str = "paper", fold_constants: bool = True,
-              target: int = 0) -> tuple[np.ndarray, int]:
+              groups: int = 0) -> tuple[np.ndarray, int]:
     """Group of every op (int32, groups in topological order) and the number of groups."""
-    return group_arrays(*graph_arrays(g), rule=rule, fold_constants=fold_constants, target=target)
+    return group_arrays(*graph_arrays(g), rule=rule, fold_constants=fold_constants, groups=groups)
 
 
 def group_arrays(indptr, indices, edge_bytes, src_port, is_constant, *, rule: str = "paper",
-                 fold_constants: bool = True, target: int = 0) -> tuple[np.ndarray, int]:
+                 fold_constants: bool = True, groups: int = 0) -> tuple[np.ndarray, int]:
     """:func:`group_ops` on plain arrays (what benchmarks time)."""
     n = indptr.shape[0] - 1
     if fold_constants:
@@ -88,8 +90,8 @@ def group_arrays(indptr, indices, edge_bytes, src_port, is_constant, *, rule: st
         gptr, gidx, _ = K.quotient_csr(indptr, indices, edge_bytes, src_port, group_of, k, False)
         second, k = K.renumber_by_root(K.colocate_roots(gptr, gidx, RULES[rule]))
         group_of = K.compose(group_of, second)
-    if 0 < target < k:
-        group_of, k = multilevel(indptr, indices, edge_bytes, src_port, group_of, k, target)
+    if 0 < groups < k:
+        group_of, k = multilevel(indptr, indices, edge_bytes, src_port, group_of, k, groups)
     return group_of, k
 
 

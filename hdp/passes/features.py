@@ -75,14 +75,14 @@ class FeaturesPass(Pass, tag="features"):
     def check(self) -> None:
         """Raise InputError for unusable options."""
         if not (self.op_type or self.shape or self.structural or self.position):
-            raise InputError("features: every column group is switched off (op_type, shape, "
+            raise InputError("every column group is switched off (op_type, shape, "
                              "structural, position)")
         for name, lo in (("radius", 1), ("ball_cap", 1), ("max_rank", 1), ("degree_cap", 1),
                          ("pos_dims", 0)):
             if getattr(self, name) < lo:
-                raise InputError(f"features: {name}={getattr(self, name)} must be >= {lo}")
+                raise InputError(f"{name}={getattr(self, name)} must be >= {lo}")
         if self.pos_dims % 2:
-            raise InputError(f"features: pos_dims={self.pos_dims} must be even (sin/cos pairs)")
+            raise InputError(f"pos_dims={self.pos_dims} must be even (sin/cos pairs)")
 
     def legend(self) -> tuple[str, ...]:
         """Column names, in matrix order."""
