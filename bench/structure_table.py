@@ -6,7 +6,8 @@
 Per size: the graph is built untimed (:func:`hdp.synth.random_module`), then each pass runs
 ``--repeat`` times; the table shows the first run (which also pays for first-touch memory) and the
 best run, plus µs per op of the best run (flat when growth is linear). ``coarsen`` is rules (a) +
-(b); ``coarsen→256`` adds the multilevel step. The networkx rows time a straightforward networkx
+(b); ``coarsen→256`` adds the multilevel step; ``features kernels`` is the Numba part of
+``features`` alone (the rest is per-op Python and writing the dense n x 168 float32 matrix). The networkx rows time a straightforward networkx
 implementation of rules (a) + (b) (tests/test_coarsen.py) against hdp's pass on the same graph.
 Kernel compile and cache-load times are measured in fresh subprocesses with an empty and a warm
 numba cache directory.
@@ -96,17 +97,18 @@ def main() -> None:
     CoarsenPass(groups=10).run(m)
 
     passes = [("coarsen", CoarsenPass()), ("coarsen→256", CoarsenPass(groups=256)),
-              ("features", FeaturesPass())]
+              ("features", FeaturesPass()), ("features kernels", _feature_kernels)]
     print("\n| ops | edges | build (untimed) | pass | first s | best s | µs/op | result |")
     print("|---:|---:|---:|---|---:|---:|---:|---|")
     for n in sizes:
         t_build, m = timed(random_module, n, 0)
         for name, p in passes:
-            runs = [timed(p.run, m) for _ in range(args.repeat)]
+            runs = [timed(getattr(p, "run", p), m) for _ in range(args.repeat)]
             best = min(t for t, _ in runs)
             out = runs[0][1]
-            res = (f"{out.coarse.n_groups} groups" if out.coarse is not None
-                   else f"{len(out.features.legend)} columns")
+            res = (f"{out.coarse.n_groups} groups" if getattr(out, "coarse", None) is not None
+                   else f"{len(out.features.legend)} columns" if hasattr(out, "features")
+                   else "undirected CSR, fractal, depths")
             print(f"| {n:,} | {m.graph.n_edges:,} | {t_build:.2f} s | {name} | {runs[0][0]:.3f} | "
                   f"{best:.3f} | {best / n * 1e6:.2f} | {res} |", flush=True)
         del m
@@ -147,6 +149,17 @@ def quality(n: int) -> None:
         mc = c.member_count.numpy()
         print(f"| {g} | {c.edge_bytes.numpy().sum() / 1e9:.3f} | {mc.max() / mc.mean():.2f} | "
               f"{naive.edge_bytes.numpy().sum() / 1e9:.3f} |", flush=True)
+
+
+def _feature_kernels(m):
+    """The Numba part of ``features`` alone (no Python per-op loops, no matrix assembly)."""
+    from hdp.passes import _kernels as K
+
+    p = FeaturesPass()
+    ip, ix = m.graph.indptr.numpy(), m.graph.indices.numpy()
+    uptr, uidx = K.undirected_csr(ip, ix)
+    K.fractal_dimension(uptr, uidx, p.radius, p.ball_cap)
+    return K.longest_path_depths(ip, ix)
 
 
 def _same_partition(a, b) -> bool:

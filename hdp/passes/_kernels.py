@@ -318,14 +318,41 @@ def quotient_csr(indptr, indices, edge_bytes, src_port, group_of, k, per_tensor)
                     length += 1
                 else:
                     out_bytes[gslot[h]] += b
-        if length - start > 1:
-            order = np.argsort(out_idx[start:length], kind="mergesort")
-            idx_row = out_idx[start:length][order]
-            bytes_row = out_bytes[start:length][order]
-            out_idx[start:length] = idx_row
-            out_bytes[start:length] = bytes_row
         gptr[g + 1] = length
-    return gptr, out_idx[:length].copy(), out_bytes[:length].copy()
+    sorted_idx, sorted_bytes = sort_rows(gptr, out_idx[:length], out_bytes[:length])
+    return gptr, sorted_idx, sorted_bytes
+
+
+@njit(cache=True)
+def sort_rows(gptr, idx, vals):
+    """Sort every CSR row by column index, in linear time: scatter the entries by column (a stable
+    counting sort), then back into their rows, which now fill in increasing column order."""
+    k = gptr.shape[0] - 1
+    m = idx.shape[0]
+    row = np.empty(m, np.int64)
+    for g in range(k):
+        for e in range(gptr[g], gptr[g + 1]):
+            row[e] = g
+    cptr = np.zeros(k + 1, np.int64)
+    for e in range(m):
+        cptr[idx[e] + 1] += 1
+    for h in range(k):
+        cptr[h + 1] += cptr[h]
+    by_col = np.empty(m, np.int64)
+    fill = cptr[:-1].copy()
+    for e in range(m):
+        by_col[fill[idx[e]]] = e
+        fill[idx[e]] += 1
+    out_idx = np.empty(m, np.int32)
+    out_vals = np.empty(m, vals.dtype)
+    fill = gptr[:-1].copy()
+    for j in range(m):
+        e = by_col[j]
+        g = row[e]
+        out_idx[fill[g]] = idx[e]
+        out_vals[fill[g]] = vals[e]
+        fill[g] += 1
+    return out_idx, out_vals
 
 
 @njit(cache=True)
@@ -339,7 +366,6 @@ def compose(first, second):
 
 # --------------------------------------------------------------------------- coarsen: multilevel (c)
 
-_NONE = np.int64(2**62)  # "no candidate" weight
 
 
 @njit(cache=True)
@@ -380,9 +406,9 @@ def interval_matching(gptr, gidx, gbytes, weight, cap, needed):
     cheap sufficient condition for "no other path u ~> v". Pairs joined by an edge are chosen
     first, by a maximum-weight matching on the order (score 1 + bytes / (max bytes + 1): as many
     pairs as possible, heavy edges preferred), with the merged weight at most ``cap``. When edges
-    yield fewer than ``min(needed, ceil(k / 8))`` merges, unconnected consecutive pairs of smallest
-    merged weight make up the rest, so the number of levels stays logarithmic. At most ``needed``
-    pairs are merged.
+    yield fewer than ``min(needed, ceil(k / 8))`` merges, unconnected consecutive pairs (first
+    come, under ``cap``) make up the rest, so the number of levels stays logarithmic. At most
+    ``needed`` pairs are merged: the heaviest, earlier first among equals.
 
     Returns (new group id per group int32, number of new groups); new ids follow the order, so
     the new group graph is again in topological order.
@@ -429,31 +455,40 @@ def interval_matching(gptr, gidx, gbytes, weight, cap, needed):
         else:
             i -= 1
     if count > needed:
-        # keep the best-scoring ``needed`` pairs (ties: earlier first)
-        score = np.full(npairs, np.inf)
+        # keep the ``needed`` heaviest pairs; among equal bytes the earlier ones
+        chosen_bytes = np.empty(count, np.int64)
+        j = 0
         for i in range(npairs):
             if chosen[i]:
-                score[i] = -(1.0 + pair_bytes[i] / (bmax + 1.0))
-        keep = np.argsort(score, kind="mergesort")[:needed]
-        chosen[:] = False
-        for j in range(keep.shape[0]):
-            chosen[keep[j]] = True
+                chosen_bytes[j] = pair_bytes[i]
+                j += 1
+        threshold = np.sort(chosen_bytes)[count - needed]
+        above = 0
+        for i in range(npairs):
+            if chosen[i] and pair_bytes[i] > threshold:
+                above += 1
+        ties = needed - above
+        for i in range(npairs):
+            if chosen[i] and pair_bytes[i] < threshold:
+                chosen[i] = False
+            elif chosen[i] and pair_bytes[i] == threshold:
+                if ties > 0:
+                    ties -= 1
+                else:
+                    chosen[i] = False
         count = needed
     floor = min(needed, (k + 7) // 8)
     if count < floor:
+        # too few edges to merge along: also merge unconnected neighbours in the order
         used = np.zeros(k, np.bool_)
         for i in range(npairs):
             if chosen[i]:
                 used[i] = True
                 used[i + 1] = True
-        cand_w = np.full(npairs, _NONE, np.int64)
         for i in range(npairs):
-            if not chosen[i] and pair_w[i] <= cap:
-                cand_w[i] = pair_w[i]
-        for i in np.argsort(cand_w, kind="mergesort"):
-            if count >= floor or cand_w[i] == _NONE:
+            if count >= floor:
                 break
-            if not used[i] and not used[i + 1]:
+            if not used[i] and not used[i + 1] and pair_w[i] <= cap:
                 chosen[i] = True
                 used[i] = True
                 used[i + 1] = True

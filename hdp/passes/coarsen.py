@@ -108,7 +108,7 @@ def multilevel(indptr, indices, edge_bytes, src_port, group_of, k, target):
             continue
         no_ports = np.zeros(gidx.shape[0], np.int32)
         gptr, gidx, gbytes = K.quotient_csr(gptr, gidx, gbytes, no_ports, new_id, k2, False)
-        weight = K.group_sums(weight.reshape(-1, 1).astype(np.float64), new_id, k2)[:, 0].astype(np.int64)
+        weight = np.bincount(new_id, weights=weight, minlength=k2).astype(np.int64)
         group_of = K.compose(group_of, new_id)
         k = k2
     return group_of, k
