@@ -367,7 +367,6 @@ def compose(first, second):
 # --------------------------------------------------------------------------- coarsen: multilevel (c)
 
 
-
 @njit(cache=True)
 def depth_first_topological_order(gptr, gidx):
     """A topological order that keeps chains together: Kahn's algorithm with a stack, smallest id

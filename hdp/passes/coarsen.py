@@ -5,8 +5,9 @@ Three steps, each keeping the group graph acyclic (kernels in :mod:`hdp.passes._
 (a) ``fold_constants``: Constants and constant-only chains (e.g. Constant -> Convert -> Multiply
     weight decompression) join their consumer. A constant-only op with several consumers joins the
     consumer group that comes first in topological order. Following the literal *first consumer
-    op* instead can create a cycle: in ``c -> a (Convert) -> x`` and ``c -> v -> x`` with
-    ``a`` before ``v``, ``c`` would follow ``a`` into ``x``'s group while ``v`` sits between.
+    op* instead can create a cycle: with ``c -> a (Convert) -> x``, ``c -> v -> x`` and ``a``
+    before ``v``, ``c`` would follow ``a`` into ``x``'s group, which then feeds ``v``, which feeds
+    ``x``.
 (b) ``rule``, in topological order on the groups of (a), with distinct group neighbours:
     ``paper``: v joins u when v is u's only child and u is v's only parent (HSDAG paper, chains);
     ``loose``: v joins u when u is v's only parent, whatever u's other children (what the
