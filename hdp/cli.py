@@ -174,13 +174,13 @@ def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_
     from hdp.passes.base import registry
     from hdp.passes.instruments import Timing
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
+    from hdp.pipeline import make_pass, takes_target
 
     reg = registry()
     if name not in reg:
         raise HdpError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
     opts = _parse_sets(sets)
-    if "target" in reg[name].__struct_fields__:
+    if takes_target(reg[name]):
         opts["target"] = _target(target, devices)
     p = make_pass(name, opts)
     module = load(input)

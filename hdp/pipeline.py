@@ -38,6 +38,13 @@ def lower_cached(xml: str | Path, input_shapes: dict[str, list[int]], cache: Pas
     return module
 
 
+def takes_target(cls: type[Pass]) -> bool:
+    """Whether a pass has a ``target: Target`` field (filled from --target / --devices)."""
+    import msgspec
+
+    return any(f.name == "target" and f.type is Target for f in msgspec.structs.fields(cls))
+
+
 def make_pass(name: str, options: dict) -> Pass:
     """Build a pass value from its name and options (strings are converted to the field types)."""
     import msgspec
@@ -69,7 +76,7 @@ def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | N
                 from hdp.errors import InputError
 
                 raise InputError(f"method '{method}' needs the '{pname}' pass, which is not available")
-            opts = {"target": target} if "target" in reg[pname].__struct_fields__ else {}
+            opts = {"target": target} if takes_target(reg[pname]) else {}
             sched.append(make_pass(pname, opts))
     opts = {"target": target, "method": method, "seed": seed}
     opts.update(extra or {})

@@ -120,7 +120,7 @@ class Coarse(msgspec.Struct, frozen=True, gc=False):
     n_groups: int
     indptr: Array  # int64, n_groups + 1 (CSR over successor groups)
     indices: Array  # int32
-    edge_bytes: Array  # int64, summed over the fine edges between the two groups
+    edge_bytes: Array  # int64, bytes crossing between the two groups (each tensor once per group pair)
     features: Array | None = None  # float32, n_groups x k: mean of members' features
     member_count: Array | None = None  # int32, n_groups
     cost: Array | None = None  # float64, n_groups x n_devices, summed member costs
