@@ -235,7 +235,7 @@ def _build_keras_cnn(application: str, size: int):
         net.eval()
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            traced = torch.jit.trace(net, (torch.zeros(shape),))
+            traced = torch.jit.trace(net, (torch.zeros(shape),), check_trace=False)
             ov_model = ov.convert_model(traced, input=[(list(shape), ov.Type.f32)])
     finally:
         keras.config.set_image_data_format(previous)
