@@ -1,0 +1,247 @@
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hdp import zoo
+from hdp.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tiny_model(scale: float = 2.0):
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    y = ops.multiply(ops.relu(x), ops.constant(np.full([1, 4], scale, np.float32)))
+    return ov.Model([ops.result(y)], [x], "tiny")
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "hdp" / "zoo"
+
+
+@pytest.fixture
+def tiny_zoo(monkeypatch):
+    """Replace mobilenet_v2's builder by a tiny opset model and count how often it runs."""
+    calls = []
+
+    def build():
+        calls.append(1)
+        return _tiny_model()
+
+    spec = dataclasses.replace(zoo.MODELS["mobilenet_v2"], packages=(), build=build)
+    monkeypatch.setitem(zoo.MODELS, "mobilenet_v2", spec)
+    return calls
+
+
+def _op_counts(xml: Path) -> Counter:
+    import openvino as ov
+
+    return Counter(op.get_type_name() for op in ov.Core().read_model(str(xml)).get_ordered_ops())
+
+
+def test_unknown_name_lists_known_models(tmp_path):
+    with pytest.raises(InputError, match="unknown zoo model 'vgg16'; known: bert_base, inception_v3, "
+                                         "mobilenet_v2, resnet50"):
+        zoo.export("vgg16", tmp_path / "m.xml")
+    assert not (tmp_path / "m.xml").exists()
+
+
+def test_output_must_be_xml(tmp_path):
+    with pytest.raises(InputError, match=r"m\.onnx.*\.xml"):
+        zoo.export("resnet50", tmp_path / "m.onnx")
+
+
+def test_missing_optional_dependency_names_the_extra(tmp_path, monkeypatch, cache_home):
+    real = metadata.version
+
+    def version(dist):
+        if dist == "transformers":
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(zoo.metadata, "version", version)
+    with pytest.raises(InputError, match=r"bert_base.*'transformers'.*pip install 'hdp\[zoo\]'"):
+        zoo.export("bert_base", tmp_path / "m.xml")
+    assert not cache_home.exists()
+
+
+def test_import_is_cheap():
+    code = ("import sys, hdp.zoo; heavy = {'keras', 'transformers', 'torch', 'openvino'} & set(sys.modules);"
+            " print(sorted(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_cache_key_follows_version_and_packages(monkeypatch):
+    key = zoo.cache_key("resnet50")
+    assert key == zoo.cache_key("resnet50")
+    assert key != zoo.cache_key("inception_v3")
+    monkeypatch.setattr(zoo, "ZOO_VERSION", zoo.ZOO_VERSION + 1)
+    assert zoo.cache_key("resnet50") != key
+    monkeypatch.undo()
+    real = metadata.version
+    monkeypatch.setattr(zoo.metadata, "version", lambda d: "0.0" if d == "keras" else real(d))
+    assert zoo.cache_key("resnet50") != key
+
+
+def test_second_export_reuses_cache(tmp_path, cache_home, tiny_zoo):
+    import openvino as ov
+
+    first = zoo.export("mobilenet_v2", tmp_path / "a" / "m.xml")
+    second = zoo.export("mobilenet_v2", tmp_path / "b.xml")
+    assert tiny_zoo == [1]
+    assert first == tmp_path / "a" / "m.xml" and second == tmp_path / "b.xml"
+    (entry,) = cache_home.iterdir()
+    assert entry.name == f"mobilenet_v2-{zoo.cache_key('mobilenet_v2')}"
+    assert sorted(p.name for p in entry.iterdir()) == ["model.bin", "model.xml"]
+    for out in (first, second):
+        assert out.read_bytes() == (entry / "model.xml").read_bytes()
+        assert out.with_suffix(".bin").read_bytes() == (entry / "model.bin").read_bytes()
+    compiled = ov.Core().compile_model(str(second), "CPU")
+    np.testing.assert_allclose(compiled(np.array([[-1, 0, 1, 2]], np.float32))[0], [[0, 0, 2, 4]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b.bin", "b.xml", "cache"]  # no temp files
+
+
+def test_export_overwrites_existing_output(tmp_path, cache_home, tiny_zoo):
+    out = tmp_path / "m.xml"
+    out.write_text("old")
+    out.with_suffix(".bin").write_bytes(b"old")
+    zoo.export("mobilenet_v2", out)
+    assert out.read_text().startswith("<?xml")
+    assert _op_counts(out)["Relu"] == 1
+
+
+def test_incomplete_cache_entry_is_regenerated(tmp_path, cache_home, tiny_zoo):
+    xml = zoo.cached("mobilenet_v2")
+    xml.with_suffix(".bin").unlink()
+    assert zoo.cached("mobilenet_v2") == xml
+    assert tiny_zoo == [1, 1]
+    assert xml.with_suffix(".bin").is_file()
+
+
+def test_failed_build_leaves_no_cache_entry(tmp_path, cache_home, monkeypatch):
+    def broken():
+        raise RuntimeError("converter failed")
+
+    spec = dataclasses.replace(zoo.MODELS["resnet50"], packages=(), build=broken)
+    monkeypatch.setitem(zoo.MODELS, "resnet50", spec)
+    with pytest.raises(RuntimeError, match="converter failed"):
+        zoo.export("resnet50", tmp_path / "m.xml")
+    assert list(cache_home.iterdir()) == []
+    assert not (tmp_path / "m.xml").exists()
+
+
+def test_cached_honours_explicit_directory(tmp_path, cache_home, tiny_zoo):
+    xml = zoo.cached("mobilenet_v2", tmp_path / "elsewhere")
+    assert xml.parent.parent == tmp_path / "elsewhere"
+    assert not cache_home.exists()
+
+
+# --- real models (tens of seconds each) -------------------------------------------------------------
+
+EXPECTED = {
+    # name: (input shapes, exact op counts)
+    "inception_v3": ({"image": [1, 3, 299, 299]},
+                     {"Convolution": 94, "Transpose": 0, "Concat": 11, "MaxPool": 4, "AvgPool": 9}),
+    "resnet50": ({"image": [1, 3, 224, 224]}, {"Convolution": 53, "Transpose": 0, "Relu": 49}),
+    "mobilenet_v2": ({"image": [1, 3, 224, 224]},
+                     {"Convolution": 35, "GroupConvolution": 17, "Transpose": 0, "Clamp": 35}),
+    "bert_base": ({k: [1, 128] for k in ("input_ids", "attention_mask", "token_type_ids")},
+                  {"MatMul": 97, "Softmax": 12, "MVN": 25, "Gelu": 12, "Transpose": 48, "ShapeOf": 0}),
+}
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("zoo-cache")
+
+
+def _feed(model, rng):
+    feed = {}
+    for port in model.inputs:
+        shape = list(port.get_shape())
+        if port.get_any_name() == "input_ids":
+            feed["input_ids"] = rng.integers(0, 30522, shape)
+        elif port.get_element_type().get_type_name() == "i64":
+            feed[port.get_any_name()] = rng.integers(0, 2, shape)
+        else:
+            feed[port.get_any_name()] = rng.standard_normal(shape).astype(np.float32)
+    return feed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_model_exports_clean_static_graph(name, tmp_path, shared_cache, monkeypatch):
+    import openvino as ov
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared_cache))
+    xml = zoo.export(name, tmp_path / f"{name}.xml")
+    model = ov.Core().read_model(str(xml))
+    shapes, counts = EXPECTED[name]
+    assert {p.get_any_name(): list(p.get_shape()) for p in model.inputs} == shapes
+    assert all(p.get_partial_shape().is_static for p in model.outputs)
+    ops = Counter(op.get_type_name() for op in model.get_ordered_ops())
+    assert {k: ops[k] for k in counts} == counts
+    assert model.get_rt_info(["hdp_zoo", "name"]).astype(str) == name
+
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    rng = np.random.default_rng(0)
+    a, b = compiled(_feed(model, rng))[0], compiled(_feed(model, rng))[0]
+    assert np.isfinite(a).all()
+    assert np.abs(a - b).max() > 1e-4  # random weights, but the output still depends on the input
+
+
+@pytest.mark.slow
+def test_real_model_second_export_hits_cache(tmp_path, cache_home, monkeypatch):
+    import time
+
+    calls = []
+    spec = zoo.MODELS["mobilenet_v2"]
+    monkeypatch.setitem(zoo.MODELS, "mobilenet_v2",
+                        dataclasses.replace(spec, build=lambda: calls.append(1) or spec.build()))
+    zoo.export("mobilenet_v2", tmp_path / "a.xml")
+    start = time.perf_counter()
+    zoo.export("mobilenet_v2", tmp_path / "b.xml")
+    assert calls == [1]
+    assert time.perf_counter() - start < 2.0
+    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+
+
+@pytest.mark.slow
+def test_generation_is_deterministic(tmp_path):
+    import openvino as ov
+
+    for run in ("1", "2"):
+        ov.save_model(zoo.build("mobilenet_v2"), str(tmp_path / f"{run}.xml"), compress_to_fp16=False)
+    assert (tmp_path / "1.bin").read_bytes() == (tmp_path / "2.bin").read_bytes()
+
+
+@pytest.mark.slow
+def test_generation_makes_no_network_access(tmp_path):
+    # A fresh process, so that hdp.zoo is the first to import openvino (as under `hdp zoo`).
+    code = textwrap.dedent("""
+        import sys
+        def hook(event, args):
+            if event in ("socket.connect", "socket.getaddrinfo", "socket.sendto", "urllib.Request"):
+                print("NETWORK", event, args, file=sys.stderr, flush=True)
+        sys.addaudithook(hook)
+        from hdp import zoo
+        for name in ("mobilenet_v2", "bert_base"):
+            zoo.build(name)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "NETWORK" not in out.stderr, out.stderr[-2000:]
