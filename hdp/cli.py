@@ -240,7 +240,7 @@ def show_cmd(file):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @user_errors
 def zoo_cmd(name, output):
-    """Write a benchmark model (random weights, batch 1): inception_v3, resnet50, bert_base."""
+    """Write a benchmark model (random weights, batch 1): inception_v3, resnet50, bert_base, mobilenet_v2."""
     from hdp.zoo import export
 
     path = export(name, output)

@@ -177,19 +177,7 @@ def _offline() -> Iterator[None]:
 
 
 def _import_openvino():
-    """Import openvino so that its model converter uses its own no-op telemetry stub.
-
-    ``import openvino`` loads openvino.tools.ovc, which sends usage events to Google Analytics
-    (at import and on every convert_model) unless the user opted out. Hiding the optional
-    openvino_telemetry package makes ovc fall back to its stub. This only works if openvino is not
-    imported yet in this process (true for ``hdp zoo``); otherwise the user's telemetry setting applies.
-    """
-    if "openvino" not in sys.modules and "openvino_telemetry" not in sys.modules:
-        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # makes the import fail
-        try:
-            import openvino  # noqa: F401
-        finally:
-            del sys.modules["openvino_telemetry"]
+    """openvino, imported after :mod:`hdp` has disabled its converter's telemetry."""
     import openvino as ov
 
     return ov
