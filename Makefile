@@ -7,7 +7,7 @@ OUT    ?= out
 TARGET ?= virtual
 MODEL  ?= inception_v3
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-slow bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## the slow tests (zoo models end to end); CI runs them after `make test`
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest bench --benchmark-only -o addopts="" -q
