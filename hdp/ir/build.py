@@ -67,6 +67,22 @@ def predecessors_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     return pindptr, src[order]
 
 
+def constant_like(graph: Graph) -> np.ndarray:
+    """bool per op: a Constant, or computed only from constants (e.g. a decompression Convert),
+    never from a Parameter. Such ops fold at compile time and travel with their consumer."""
+    n = graph.n_ops
+    out = np.zeros(n, bool)
+    if not n:
+        return out
+    pptr, preds = predecessors_csr(graph)
+    for i, op in enumerate(graph.ops):
+        if op.type == "Constant":
+            out[i] = True
+        elif op.type not in ("Parameter", "Result") and pptr[i + 1] > pptr[i]:
+            out[i] = bool(out[preds[pptr[i]:pptr[i + 1]]].all())
+    return out
+
+
 def topological_order(n: int, src, dst) -> np.ndarray:
     """Kahn's algorithm, ties broken by original index (stable, deterministic).
 

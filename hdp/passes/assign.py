@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.build import predecessors_csr
+from hdp.ir.build import constant_like, predecessors_csr
 from hdp.ir.types import Array, Module, Placement
 from hdp.passes.base import Pass, register
 
@@ -25,13 +25,8 @@ def colocate(module: Module, device_of: np.ndarray) -> np.ndarray:
     d = device_of.copy()
     indptr, indices = g.indptr.numpy(), g.indices.numpy()
     types = [op.type for op in g.ops]
-    const_like = np.zeros(g.n_ops, bool)
+    const_like = constant_like(g)
     pindptr, preds = predecessors_csr(g)
-    for i, t in enumerate(types):
-        if t == "Constant":
-            const_like[i] = True
-        elif t != "Parameter" and pindptr[i + 1] > pindptr[i] and const_like[preds[pindptr[i]:pindptr[i + 1]]].all():
-            const_like[i] = True  # computed only from constants (e.g. a decompression Convert)
     for i in range(g.n_ops - 1, -1, -1):
         if (const_like[i] or types[i] == "Parameter") and indptr[i + 1] > indptr[i]:
             d[i] = d[indices[indptr[i]]]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.errors import InputError
+from hdp.ir.build import constant_like as _constant_like
 from hdp.ir.build import edge_sources
 from hdp.ir.types import Module
 from hdp.runtime import _kernels as K
@@ -44,23 +45,7 @@ ZERO_TIME = frozenset({"Parameter", "Constant", "Result"})
 
 def constant_like(module: Module) -> np.ndarray:
     """bool per op: a Constant, or computed only from constants (not from a Parameter)."""
-    g = module.graph
-    types = [op.type for op in g.ops]
-    out = np.zeros(g.n_ops, bool)
-    if not g.n_ops:
-        return out
-    src = edge_sources(g)
-    dst = g.indices.numpy()
-    order = np.argsort(dst, kind="stable")
-    psrc = src[order]
-    pptr = np.zeros(g.n_ops + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=g.n_ops), out=pptr[1:])
-    for i, t in enumerate(types):
-        if t == "Constant":
-            out[i] = True
-        elif t not in ("Parameter", "Result") and pptr[i + 1] > pptr[i]:
-            out[i] = bool(out[psrc[pptr[i]:pptr[i + 1]]].all())
-    return out
+    return _constant_like(module.graph)
 
 
 def cost_table(module: Module, devices: tuple[str, ...] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
