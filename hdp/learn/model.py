@@ -4,17 +4,29 @@ Forward pass, on the graph of :class:`hdp.learn.graph.LearnGraph` (coarse groups
 
 1. ``h = MLP(x) + W·state``: node features, plus the episode state (below).
 2. Parsing rounds, each: GCN layers (torch_geometric ``GCNConv``, residual, shared across rounds) ->
-   an edge score ``σ(MLP([h_u + h_v, h_u ⊙ h_v]))`` (symmetric in the two endpoints) -> every node
-   picks its dominant (highest-scored) edge -> kept dominant edges are merged into groups
-   (:func:`hdp.learn.parse.merge`) -> group embedding = ``LayerNorm(mean h + MLP(mean MLP(h)))``
-   scaled by the mean score of the edges merged along (the scorer's gradient path, as in graph
-   parsing networks). Node->group maps compose across rounds. Rounds repeat until one merges
-   nothing (or ``max_rounds``), so the number of groups is found, not fixed.
+   an edge score ``σ(MLP([h_u + h_v, h_u ⊙ h_v, f_uv]) + w·(f_uv - f0))`` (symmetric in the two
+   endpoints; ``f_uv`` = how alike the endpoints' device preferences are and how long the edge's
+   tensors take to copy) -> every node picks its dominant (highest-scored) edge -> kept dominant
+   edges are merged into groups (:func:`hdp.learn.parse.merge`) -> group embedding =
+   ``LayerNorm(mean h + MLP(mean MLP(h)))`` scaled by the mean score of the edges merged along (the
+   scorer's gradient path, as in graph parsing networks). Node->group maps compose across rounds.
+   Rounds repeat until one merges nothing (or ``max_rounds``), so the number of groups is found,
+   not fixed.
 3. A last GCN pass over the group graph, then the policy head scores every (group, device) pair:
-   ``MLP([z_g, e_d, c_gd])`` with ``e_d`` a learned device embedding and ``c_gd`` three
-   cost features (log of the group's time on ``d`` over its best time, the time lost on ``d``
-   and the group's best time, both as fractions of the model's best-device time). Devices a
+   ``MLP([z_g, e_d, c_gd]) - w_c·c_gd[0]`` with ``e_d`` a learned device embedding and ``c_gd``
+   three cost features (log of the group's time on ``d`` over its best time, the time lost on
+   ``d`` and the group's best time, both as fractions of the model's best-device time). Devices a
    group's members do not all support are masked out.
+
+**Cost awareness (beyond the paper).** The published network sees op features only and must discover
+from rewards which device suits which op. Ours also sees the cost table through features whose
+number does not depend on the device count, and two learned linear priors start it from sensible
+behaviour: ``w_c`` (initially 1) makes a group prefer its faster devices, ``w`` (initially 4 on
+preference similarity, 1 on copy time; ``f0`` = (0.5, 0.7), i.e. half-alike endpoints and a copy as
+long as an average node's time score 0.5) makes edges between like-minded or expensive-to-cut
+endpoints merge first. On random 100-op DAGs with 500 placements this brings the best placement
+from 1.03-1.22x to 1.01-1.13x of the exact optimum (REINFORCE, paper settings). ``cost_aware=False`` removes both (features only,
+as published).
 
 **Anti-collapse guards.** In the published parser every node always keeps its dominant edge, so each
 round merges every non-isolated node with a neighbour and the loop "until nothing merges" ends with
@@ -105,6 +117,7 @@ class Output:
     rounds: list[Round] = field(default_factory=list)
     parse_logp: torch.Tensor | float = 0.0  # log prob of the sampled keep/drop decisions
     parse_entropy: torch.Tensor | float = 0.0
+    first_scores: torch.Tensor | None = None  # edge scores of the first round (over p.edges)
 
     @property
     def n_groups(self) -> int:
@@ -248,12 +261,15 @@ class HsdagNet(nn.Module):
         logp = torch.zeros(())
         ent = torch.zeros(())
         recs: list[Round] = []
+        first_scores = None
         count_decisions = stochastic and (mode == "sample" or rounds is not None)
         for r in range(pc.max_rounds):
             if edges.shape[1] == 0 or n <= min_groups or (rounds is not None and r >= len(rounds)):
                 break
             h = self.gnn(h, edges)
             s = self.edge_scores(h, edges, p.edge_features(edges, copy, cost))
+            if r == 0:
+                first_scores = s
             if rounds is not None:
                 rec = rounds[r]
             else:
@@ -300,7 +316,7 @@ class HsdagNet(nn.Module):
                         dim=-1)
         logits = self.head(inp).squeeze(-1) - self.prior * inp[..., -N_PAIR_FEATURES]
         logits = logits.masked_fill(~torch.from_numpy(allowed), _MASKED)
-        return Output(logits, h, group_of_node, recs, logp, ent)
+        return Output(logits, h, group_of_node, recs, logp, ent, first_scores)
 
     def state_delta(self, out: Output, actions: torch.Tensor) -> torch.Tensor:
         """Per-node state increment after a placement: (group embedding + device code) of its group."""

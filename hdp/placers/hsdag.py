@@ -75,7 +75,10 @@ def read_options(req: PlaceRequest) -> dict:
 
 
 def _make_evaluator(module: Module, req: PlaceRequest, reward: str):
-    """``device_of -> seconds`` for the chosen reward."""
+    """``device_of -> seconds`` for the chosen reward (device ids index ``req.devices``)."""
+    if module.costs is not None and module.costs.devices != req.devices:
+        raise InputError(f"costs were computed for devices {module.costs.devices}, not for target "
+                         f"{req.devices} (same order); rerun the profile pass")
     if reward == "simulate":
         try:
             from hdp.runtime.simulate import Simulator
