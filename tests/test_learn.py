@@ -6,6 +6,7 @@ cross-device edge), kept here so these tests do not depend on the simulator.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import subprocess
 import sys
@@ -325,6 +326,8 @@ def test_placer_end_to_end_with_a_warm_start(monkeypatch, tmp_path):
     assert reference(m)(dev) == pytest.approx(brute_force(m))
     assert placed.info["best_source"] == "warm:optimal" and int(placed.info["placements_evaluated"]) >= 3
     assert (tmp_path / "curve.csv").read_text().count("\n") >= 11 and (tmp_path / "summary.json").exists()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "curve.png").stat().st_size > 0
     with pytest.raises(InputError, match="warm_start"):
         reg.placers()["hsdag"][0](m, PlaceRequest(devices=DEV2, options={"warm_start": "nope"}))
     with pytest.raises(InputError, match="'episodes'"):

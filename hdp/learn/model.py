@@ -24,9 +24,9 @@ number does not depend on the device count, and two learned linear priors start 
 behaviour: ``w_c`` (initially 1) makes a group prefer its faster devices, ``w`` (initially 4 on
 preference similarity, 1 on copy time; ``f0`` = (0.5, 0.7), i.e. half-alike endpoints and a copy as
 long as an average node's time score 0.5) makes edges between like-minded or expensive-to-cut
-endpoints merge first. On random 100-op DAGs with 500 placements this brings the best placement
-from 1.03-1.22x to 1.01-1.13x of the exact optimum (REINFORCE, paper settings). ``cost_aware=False`` removes both (features only,
-as published).
+endpoints merge first. On random 100-op DAGs with 500 placements (REINFORCE, paper settings) this
+brings the best placement from 1.03-1.22x to 1.01-1.13x of the exact optimum. ``cost_aware=False``
+removes both (features only, as published).
 
 **Anti-collapse guards.** In the published parser every node always keeps its dominant edge, so each
 round merges every non-isolated node with a neighbour and the loop "until nothing merges" ends with

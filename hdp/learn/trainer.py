@@ -431,8 +431,8 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     total = max(cfg.episodes - run.episode, 0) * cfg.samples
     from tqdm.auto import tqdm
 
-    run.bar = tqdm(total=total, desc="hsdag", unit="placement", disable=None if cfg.progress is None else not cfg.progress,
-                   leave=False)
+    hide = None if cfg.progress is None else not cfg.progress
+    run.bar = tqdm(total=total, desc="hsdag", unit="placement", disable=hide, leave=False)
     try:
         if not resumed:
             for name, dev in candidates:
