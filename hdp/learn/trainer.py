@@ -26,7 +26,10 @@ reproducible and a resumed run continues the same sequence.
 Checkpoints (``torch.save`` of tensors and plain values, loadable with ``weights_only=True``) hold
 the weights, optimizer, generator state, counters, best-so-far, curve and evaluation cache. Given
 ``policy=path``: a checkpoint of the same problem (same graph, features, costs, devices) resumes the
-run; one of another problem only lends its weights (the feature width must match).
+run; one of another problem only lends its weights (the feature width must match). A checkpoint is
+written after every episode, so a resumed run continues exactly where an uninterrupted one would be;
+a run stopped by a budget in mid-episode keeps that partial update and resumes at the start of the
+episode. The training options themselves are not checked on resume: pass the same ones.
 """
 
 from __future__ import annotations
