@@ -1,0 +1,499 @@
+"""Training the HSDAG policy on execution-time reward.
+
+:func:`train` runs episodes of ``samples`` placements each. Within an episode the node state is
+updated between placements (see :mod:`hdp.learn.model`); after it the policy is updated:
+
+- ``reinforce``: one gradient step on ``-(A · log π(a)) - β·H``;
+- ``ppo``: ``ppo_epochs`` steps on the clipped surrogate, replaying the recorded groupings.
+
+``A`` is the reward (``-log latency``, or ``1/latency``) minus a baseline (the batch mean, or an
+exponential moving average), divided by the batch's standard deviation. The published code uses
+the raw discounted reward with no baseline and scores single-device placements as failures; here a
+single-device placement is an ordinary candidate, and a placement whose evaluation raises
+:class:`hdp.errors.HdpError` is recorded as failed and rewarded as ``fail_factor ×`` the worst
+latency seen, and training goes on.
+
+Beyond the paper: initial candidates (e.g. every single-device placement) and an optional warm-start
+placement are evaluated first, and the policy first imitates the warm start by cross-entropy, so RL
+starts from the best classical answer; the greedy placement of the final policy is evaluated last.
+The best placement of all of these is kept and returned.
+
+Budgets: ``episodes × samples`` training placements, ``max_placements`` evaluator calls (identical
+placements are evaluated once), ``max_seconds`` of wall clock for this call. Randomness comes from
+``seed`` only (weights initialised under it, sampling from a private generator), so a run is
+reproducible and a resumed run continues the same sequence.
+
+Checkpoints (``torch.save`` of tensors and plain values, loadable with ``weights_only=True``) hold
+the weights, optimizer, generator state, counters, best-so-far, curve and evaluation cache. Given
+``policy=path``: a checkpoint of the same problem (same graph, features, costs, devices) resumes the
+run; one of another problem only lends its weights (the feature width must match). A checkpoint is
+written after every episode, so a resumed run continues exactly where an uninterrupted one would be;
+a run stopped by a budget in mid-episode keeps that partial update and resumes at the start of the
+episode. The training options themselves are not checked on resume: pass the same ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from hdp.errors import HdpError, InputError
+from hdp.learn.graph import LearnGraph
+from hdp.learn.model import MAX_DEVICES, HsdagNet, ModelConfig, Output, ParseConfig, Problem, Round
+
+CHECKPOINT_VERSION = 1
+_SINGLE_THREAD_BELOW = 4000
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training options; defaults are the paper's (25 episodes × 20 placements, lr 1e-3, hidden 128)."""
+
+    episodes: int = 25
+    samples: int = 20
+    lr: float = 1e-3
+    hidden: int = 128
+    gcn_layers: int = 2
+    cost_prior: float = 1.0  # initial weight of the cost prior in the logits (cost-aware policies)
+    edge_prior: float = 4.0  # initial weight of the same-preference prior in the edge scores
+    algo: str = "reinforce"  # reinforce | ppo
+    reward: str = "neglog"  # neglog: -log(latency) | inverse: 1/latency
+    baseline: str = "batch"  # batch | ema
+    ema: float = 0.9
+    entropy: float = 0.01
+    ppo_epochs: int = 4
+    ppo_clip: float = 0.2
+    stochastic_parse: bool = True
+    parse: ParseConfig = ParseConfig()
+    max_placements: int = 0  # 0: no cap on evaluator calls
+    max_seconds: float = 0.0  # 0: no wall-clock cap
+    seed: int = 0
+    warm_steps: int = 300
+    greedy_each: bool = True  # evaluate the policy's most likely placement after every update
+    fail_factor: float = 2.0
+    progress: bool | None = None  # None: tqdm shows a bar only on a terminal
+    report_dir: str | None = None
+    checkpoint: str | None = None  # written after every episode and at the end
+    policy: str | None = None  # checkpoint to resume (same problem) or reuse (another problem)
+
+    def check(self) -> None:
+        """Raise InputError naming the first bad option."""
+        if self.algo not in ("reinforce", "ppo"):
+            raise InputError(f"algo must be 'reinforce' or 'ppo', not '{self.algo}'")
+        if self.reward not in ("neglog", "inverse"):
+            raise InputError(f"reward shape must be 'neglog' or 'inverse', not '{self.reward}'")
+        if self.baseline not in ("batch", "ema"):
+            raise InputError(f"baseline must be 'batch' or 'ema', not '{self.baseline}'")
+        for name in ("episodes", "samples", "hidden", "max_placements", "warm_steps"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if self.samples == 1:
+            raise InputError("samples must be at least 2 (the baseline needs a batch)")
+        if not self.lr > 0:
+            raise InputError(f"lr must be > 0, not {self.lr}")
+        if self.max_seconds < 0 or self.entropy < 0:
+            raise InputError("max_seconds and entropy must be >= 0")
+
+
+@dataclass
+class TrainResult:
+    best_device_of: np.ndarray | None  # int16 per op; None when every evaluation failed
+    best_latency: float
+    best_source: str  # sample | greedy | warm:<name> | <candidate name>
+    evaluations: int  # evaluator calls (all runs of a resumed training)
+    samples: int  # training placements drawn
+    failures: int
+    episodes: int  # episodes completed (all runs)
+    seconds: float  # wall clock of this call
+    groups: int  # groups of the final policy's greedy parse
+    stopped: str  # why training ended: done | placements | seconds
+    curve: list[dict] = field(default_factory=list)
+    resumed: bool = False
+
+
+class _Stop(Exception):
+    def __init__(self, why: str):
+        self.why = why
+
+
+@dataclass
+class _Sample:
+    state: torch.Tensor | None
+    rounds: list[Round]
+    actions: torch.Tensor
+    logp: float
+    latency: float | None  # None: the evaluation failed
+
+
+class _Run:
+    """Mutable run state: everything a checkpoint must carry to resume exactly."""
+
+    def __init__(self, problem: Problem, evaluate, cfg: TrainConfig):
+        self.p = problem
+        self.evaluate = evaluate
+        self.cfg = cfg
+        self.cache: dict[bytes, float | None] = {}
+        self.curve: list[dict] = []
+        self.best_latency = math.inf
+        self.best_device_of: np.ndarray | None = None
+        self.best_source = ""
+        self.worst = 0.0
+        self.evaluations = 0
+        self.samples = 0
+        self.failures = 0
+        self.episode = 0
+        self.ema: float | None = None
+        self.t0 = time.monotonic()
+        self.bar = None
+
+    def score(self, device_of: np.ndarray, source: str) -> float | None:
+        """Latency of a per-op placement (cached), or None when its evaluation failed."""
+        key = np.ascontiguousarray(device_of, np.int16).tobytes()
+        if key in self.cache:
+            lat = self.cache[key]
+        else:
+            self.check_budget()
+            self.evaluations += 1
+            try:
+                lat = float(self.evaluate(np.asarray(device_of, np.int16)))
+                if not math.isfinite(lat) or lat <= 0:
+                    raise HdpError(f"evaluator returned latency {lat}")
+            except HdpError:
+                lat = None
+            self.cache[key] = lat
+        if lat is None:
+            self.failures += 1
+        else:
+            self.worst = max(self.worst, lat)
+            if lat < self.best_latency:
+                self.best_latency, self.best_source = lat, source
+                self.best_device_of = np.array(device_of, np.int16)
+        self.curve.append({"index": len(self.curve), "episode": self.episode, "source": source,
+                           "latency_s": "" if lat is None else lat, "failed": int(lat is None),
+                           "best_s": self.best_latency if self.best_device_of is not None else "",
+                           "seconds": round(time.monotonic() - self.t0, 4)})
+        if self.bar is not None and self.best_device_of is not None:
+            self.bar.set_postfix_str(f"best {self.best_latency * 1e3:.4g} ms")
+        return lat
+
+    def check_budget(self) -> None:
+        c = self.cfg
+        if c.max_placements and self.evaluations >= c.max_placements:
+            raise _Stop("placements")
+        if c.max_seconds and time.monotonic() - self.t0 >= c.max_seconds:
+            raise _Stop("seconds")
+
+
+def _reward(lat: np.ndarray, kind: str) -> np.ndarray:
+    return -np.log(lat) if kind == "neglog" else 1.0 / lat
+
+
+def _advantages(run: _Run, lats: list[float | None]) -> np.ndarray | None:
+    if run.worst <= 0:
+        return None  # nothing has succeeded yet: no scale for a penalty
+    lat = np.array([run.cfg.fail_factor * run.worst if x is None else x for x in lats])
+    r = _reward(lat, run.cfg.reward)
+    if run.cfg.baseline == "ema":
+        base = r.mean() if run.ema is None else run.ema
+        run.ema = r.mean() if run.ema is None else run.cfg.ema * run.ema + (1 - run.cfg.ema) * r.mean()
+    else:
+        base = r.mean()
+    adv = r - base
+    sd = r.std()
+    return adv / sd if sd > 1e-12 else adv
+
+
+def _logp_entropy(model: HsdagNet, run: _Run, s: _Sample) -> tuple[torch.Tensor, torch.Tensor]:
+    out = model(run.p, run.cfg.parse, state=s.state, rounds=s.rounds, stochastic=run.cfg.stochastic_parse)
+    dist = torch.distributions.Categorical(logits=out.logits)
+    logp = dist.log_prob(s.actions).sum() + out.parse_logp
+    return logp, dist.entropy().sum() + out.parse_entropy
+
+
+def _update(model: HsdagNet, opt: torch.optim.Optimizer, run: _Run, batch: list[_Sample]) -> None:
+    if len(batch) < 2:
+        return
+    adv = _advantages(run, [s.latency for s in batch])
+    if adv is None or not np.any(adv):
+        return
+    a = torch.as_tensor(adv, dtype=torch.float32)
+    old = torch.tensor([s.logp for s in batch])
+    epochs = run.cfg.ppo_epochs if run.cfg.algo == "ppo" else 1
+    for _ in range(epochs):
+        pairs = [_logp_entropy(model, run, s) for s in batch]
+        logp = torch.stack([lp for lp, _ in pairs])
+        ent = torch.stack([e for _, e in pairs])
+        if run.cfg.algo == "ppo":
+            ratio = torch.exp(logp - old)
+            clipped = ratio.clamp(1 - run.cfg.ppo_clip, 1 + run.cfg.ppo_clip)
+            pg = -torch.minimum(ratio * a, clipped * a).mean()
+        else:
+            pg = -(a * logp).mean()
+        loss = pg - run.cfg.entropy * ent.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _greedy(model: HsdagNet, run: _Run) -> tuple[np.ndarray, Output]:
+    with torch.no_grad():
+        out = model(run.p, run.cfg.parse, mode="greedy", stochastic=False)
+    act = out.logits.argmax(dim=1).numpy()
+    return run.p.graph.op_devices(act[out.group_of_node]), out
+
+
+def imitate(model: HsdagNet, opt: torch.optim.Optimizer, p: Problem, pc: ParseConfig,
+            device_of_op: np.ndarray, steps: int) -> float:
+    """Fit the greedy policy to a per-op placement; returns the final device loss.
+
+    Two cross-entropies: each group's device towards its members' majority device (by op count),
+    and each first-round edge score towards 1 when both endpoint nodes' majority devices agree, 0
+    when they differ — so the parser learns not to merge across the placement's device boundaries
+    and the groups can express it. Stops early once the greedy policy reproduces 99% of the ops
+    with confidence.
+    """
+    lg = p.graph
+    counts = np.zeros((lg.n_nodes, lg.n_devices))
+    np.add.at(counts, (lg.node_of_op, np.asarray(device_of_op, np.int64)), 1.0)
+    node_dev = counts.argmax(axis=1)
+    same = torch.from_numpy((node_dev[lg.edges[0]] == node_dev[lg.edges[1]]).astype(np.float32))
+    loss_v = math.nan
+    for _ in range(steps):
+        out = model(p, pc, mode="greedy", stochastic=False)
+        gc = np.zeros((out.n_groups, lg.n_devices))
+        np.add.at(gc, out.group_of_node, counts)
+        tgt = torch.from_numpy(gc.argmax(axis=1))
+        loss = torch.nn.functional.cross_entropy(out.logits, tgt)
+        loss_v = float(loss.detach())
+        placed = lg.op_devices(out.logits.argmax(dim=1).numpy()[out.group_of_node])
+        if loss_v < 0.1 and np.mean(placed == device_of_op) >= 0.99:
+            break
+        if out.first_scores is not None and same.numel():
+            sc = out.first_scores.clamp(1e-6, 1 - 1e-6)
+            loss = loss + torch.nn.functional.binary_cross_entropy(sc, same)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss_v
+
+
+def _save(path: str, model: HsdagNet, opt, gen: torch.Generator, run: _Run, pc: ParseConfig) -> None:
+    lg = run.p.graph
+    ck = {
+        "version": CHECKPOINT_VERSION,
+        "model_config": asdict(model.cfg),
+        "parse_config": asdict(pc),
+        "state_dict": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "generator": gen.get_state(),
+        "digest": lg.digest,
+        "devices": list(lg.devices),
+        "feature_width": lg.feature_width,
+        "cost_aware": lg.cost_aware,
+        "episode": run.episode,
+        "samples": run.samples,
+        "evaluations": run.evaluations,
+        "failures": run.failures,
+        "worst": run.worst,
+        "ema": run.ema,
+        "best_latency": run.best_latency,
+        "best_source": run.best_source,
+        "best_device_of": None if run.best_device_of is None else torch.from_numpy(run.best_device_of.copy()),
+        "curve": run.curve,
+        "cache": {k.hex(): v for k, v in run.cache.items()},
+    }
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    torch.save(ck, tmp)
+    os.replace(tmp, p)
+
+
+def load_checkpoint(path: str) -> dict:
+    """Read a checkpoint written by :func:`train`; InputError when missing or not one."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise InputError(f"policy checkpoint '{path}' does not exist") from None
+    except Exception as e:  # noqa: BLE001  (torch raises many types for a bad file)
+        raise InputError(f"'{path}' is not a readable hdp policy checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(ck, dict) or "model_config" not in ck or "state_dict" not in ck:
+        raise InputError(f"'{path}' is not an hdp policy checkpoint")
+    if ck.get("version", 0) > CHECKPOINT_VERSION:
+        raise InputError(f"policy checkpoint '{path}' has version {ck['version']}; this hdp reads "
+                         f"up to {CHECKPOINT_VERSION}")
+    return ck
+
+
+def _restore(ck: dict, path: str, lg: LearnGraph, model_cfg: ModelConfig) -> ModelConfig:
+    if ck["feature_width"] != lg.feature_width or ck["cost_aware"] != lg.cost_aware:
+        raise InputError(
+            f"policy '{path}' was trained on {ck['feature_width']} features per op "
+            f"(cost_aware={ck['cost_aware']}); this model has {lg.feature_width} "
+            f"(cost_aware={lg.cost_aware}): compute features with the same vocabulary, or train a new policy")
+    return ModelConfig(**ck["model_config"])
+
+
+def _write_report(report_dir: str, run: _Run, result: TrainResult) -> None:
+    d = Path(report_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    cols = ["index", "episode", "source", "latency_s", "failed", "best_s", "seconds"]
+    with open(d / "curve.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(run.curve)
+    summary = {k: v for k, v in asdict(result).items() if k not in ("curve", "best_device_of")}
+    summary["config"] = asdict(run.cfg)
+    (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    idx = [r["index"] for r in run.curve if r["latency_s"] != ""]
+    lat = [r["latency_s"] * 1e3 for r in run.curve if r["latency_s"] != ""]
+    bi = [r["index"] for r in run.curve if r["best_s"] != ""]
+    best = [r["best_s"] * 1e3 for r in run.curve if r["best_s"] != ""]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.scatter(idx, lat, s=6, alpha=0.4, label="placement")
+    ax.plot(bi, best, color="C3", label="best so far")
+    ax.set_xlabel("placement evaluated")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(f"HSDAG training: best {result.best_latency * 1e3:.4g} ms ({result.best_source})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "curve.png", dpi=120)
+    plt.close(fig)
+
+
+def train(lg: LearnGraph, evaluate: Callable[[np.ndarray], float], cfg: TrainConfig = TrainConfig(),
+          warm_start: tuple[str, np.ndarray] | None = None,
+          candidates: list[tuple[str, np.ndarray]] = ()) -> TrainResult:
+    """Learn a placement for ``lg``; ``evaluate(device_of) -> seconds`` scores a per-op placement.
+
+    ``candidates`` (name, per-op devices) are evaluated first; ``warm_start`` (name, per-op devices)
+    is evaluated and imitated before RL (both skipped when resuming).
+    """
+    cfg.check()
+    threads = torch.get_num_threads()
+    # The network is small: on graphs of a few thousand nodes one thread is faster, and spinning
+    # OpenMP workers slow everything down on a loaded machine.
+    if lg.n_nodes < _SINGLE_THREAD_BELOW:
+        torch.set_num_threads(1)
+    try:
+        return _train(lg, evaluate, cfg, warm_start, candidates)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
+    if lg.n_devices > MAX_DEVICES:
+        raise InputError(f"the learned placer handles up to {MAX_DEVICES} devices, not {lg.n_devices}")
+    model_cfg = ModelConfig(in_width=lg.x.shape[1], feature_width=lg.feature_width, cost_aware=lg.cost_aware,
+                            hidden=cfg.hidden, gcn_layers=cfg.gcn_layers, cost_prior=cfg.cost_prior,
+                            edge_prior=cfg.edge_prior)
+    ck = None
+    if cfg.policy:
+        ck = load_checkpoint(cfg.policy)
+        model_cfg = _restore(ck, cfg.policy, lg, model_cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = HsdagNet(model_cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    problem = Problem(lg)
+    run = _Run(problem, evaluate, cfg)
+    resumed = ck is not None and ck.get("digest") == lg.digest
+    if ck is not None:
+        model.load_state_dict(ck["state_dict"])
+    if resumed:
+        opt.load_state_dict(ck["optimizer"])
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr
+        gen.set_state(ck["generator"])
+        run.episode, run.samples, run.evaluations = ck["episode"], ck["samples"], ck["evaluations"]
+        run.failures, run.worst, run.ema = ck["failures"], ck["worst"], ck["ema"]
+        run.best_latency, run.best_source = ck["best_latency"], ck["best_source"]
+        bd = ck["best_device_of"]
+        run.best_device_of = None if bd is None else bd.numpy().astype(np.int16)
+        run.curve = list(ck["curve"])
+        run.cache = {bytes.fromhex(k): v for k, v in ck["cache"].items()}
+
+    stopped = "done"
+    total = max(cfg.episodes - run.episode, 0) * cfg.samples
+    from tqdm.auto import tqdm
+
+    hide = None if cfg.progress is None else not cfg.progress
+    run.bar = tqdm(total=total, desc="hsdag", unit="placement", disable=hide, leave=False)
+    try:
+        if not resumed:
+            for name, dev in candidates:
+                run.score(dev, name)
+            if warm_start is not None:
+                name, dev = warm_start
+                run.score(dev, f"warm:{name}")
+                imitate(model, opt, problem, cfg.parse, dev, cfg.warm_steps)
+        while run.episode < cfg.episodes:
+            batch: list[_Sample] = []
+            state_sum = torch.zeros(lg.n_nodes, model_cfg.hidden)
+            try:
+                for t in range(cfg.samples):
+                    state = state_sum / t if t else None
+                    with torch.no_grad():
+                        out = model(problem, cfg.parse, state=state, generator=gen,
+                                    mode="sample" if cfg.stochastic_parse else "greedy",
+                                    stochastic=cfg.stochastic_parse)
+                        act = torch.multinomial(torch.softmax(out.logits, dim=1), 1, generator=gen).squeeze(1)
+                        logp = float(torch.distributions.Categorical(logits=out.logits).log_prob(act).sum()
+                                     + out.parse_logp)
+                    lat = run.score(lg.op_devices(act.numpy()[out.group_of_node]), "sample")
+                    run.samples += 1
+                    run.bar.update(1)
+                    batch.append(_Sample(state, out.rounds, act, logp, lat))
+                    state_sum = state_sum + model.state_delta(out, act)
+            except _Stop as s:
+                stopped = s.why
+            _update(model, opt, run, batch)
+            if stopped != "done":
+                break
+            run.episode += 1
+            if cfg.greedy_each:
+                try:
+                    run.score(_greedy(model, run)[0], "greedy")
+                except _Stop as s:
+                    stopped = s.why
+                    break
+            if cfg.checkpoint:
+                _save(cfg.checkpoint, model, opt, gen, run, cfg.parse)
+        dev, out = _greedy(model, run)
+        groups = out.n_groups
+        if stopped == "done" and not (cfg.greedy_each and run.episode):
+            try:
+                run.score(dev, "greedy")
+            except _Stop as s:
+                stopped = s.why
+    except _Stop as s:  # budget exhausted by the candidates or the warm start
+        stopped = s.why
+        groups = _greedy(model, run)[1].n_groups
+    finally:
+        run.bar.close()
+    if cfg.checkpoint:
+        _save(cfg.checkpoint, model, opt, gen, run, cfg.parse)
+    result = TrainResult(
+        best_device_of=run.best_device_of, best_latency=run.best_latency, best_source=run.best_source,
+        evaluations=run.evaluations, samples=run.samples, failures=run.failures, episodes=run.episode,
+        seconds=time.monotonic() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed)
+    if cfg.report_dir:
+        _write_report(cfg.report_dir, run, result)
+    return result
