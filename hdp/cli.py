@@ -82,6 +82,11 @@ def main():
 @click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--set", "sets", multiple=True, help="partition option key=value (repeatable).")
+@click.option("--budget", type=float, default=None, help="hsdag: training budget in seconds (0: none).")
+@click.option("--reward", type=click.Choice(["auto", "simulate", "measure"]), default=None,
+              help="hsdag: train on simulated or measured latency (auto: measure on real targets).")
+@click.option("--policy", type=click.Path(dir_okay=False), default=None,
+              help="hsdag: checkpoint to resume or whose trained policy to reuse.")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None, help="Write per-pass timings as JSON.")
 @click.option("--dump-ir", type=click.Path(file_okay=False), default=None, help="Save the Module after each pass.")
 @click.option("--emit-ir", type=click.Path(dir_okay=False), default=None, help="Save the final Module (.hdp).")
@@ -91,8 +96,8 @@ def main():
 @click.option("--quiet", "-q", is_flag=True)
 @_apply(cache_options)
 @user_errors
-def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, timings, dump_ir,
-                emit_ir, compare, quiet, cache_dir, no_cache):
+def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, budget, reward, policy,
+                timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.openvino_frontend import parse_input_shapes
@@ -110,7 +115,11 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
     cache = _cache(cache_dir, no_cache)
     timing = Timing()
     instruments = [timing] + ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
-    schedule = compile_schedule(tgt, method, seed, _parse_sets(sets))
+    opts = _parse_sets(sets)
+    for key, value in (("budget", budget), ("reward", reward), ("policy", policy)):
+        if value is not None:
+            opts[key] = value
+    schedule = compile_schedule(tgt, method, seed, opts)
     module = lower_cached(model, shapes, cache, instruments)
     module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     for ins in instruments:
@@ -127,6 +136,13 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
         counts = Counter(pl.devices[int(d)] for d in pl.device_of.numpy())
         share = ", ".join(f"{d}: {counts.get(d, 0)} ops" for d in pl.devices)
         click.echo(f"placed {module.graph.n_ops} ops with {pl.method} on {tgt.name} ({share}) -> {out}")
+        info = pl.info
+        if info.get("message"):
+            click.echo(info["message"])
+        if "best_latency_s" in info:
+            click.echo(f"hsdag ({info.get('reward')} reward): best {float(info['best_latency_s']) * 1e3:.3f} ms "
+                       f"from {info.get('best_source')}, {info.get('placements_evaluated')} placements "
+                       f"in {info.get('seconds')} s")
         if compare and tgt.is_real:
             from hdp.runtime.measure import compare_with_plain
 

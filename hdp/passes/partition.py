@@ -8,6 +8,7 @@ from hdp.errors import InputError
 from hdp.ir.types import Array, Module, Partition
 from hdp.passes.base import Pass, register
 from hdp.placers import PlaceRequest, parse_method, placers
+from hdp.placers.hsdag import DEFAULTS as HSDAG
 from hdp.runtime.target import Target
 
 
@@ -22,6 +23,24 @@ class PartitionPass(Pass, tag="partition"):
     time_limit: float = 60.0  # ILP time limit, seconds
     mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
     boundary_penalty: float | None = None  # seconds per copy (default: the link's subgraph overhead)
+    # hsdag (see hdp/placers/hsdag.py for each option's meaning)
+    reward: str = HSDAG["reward"]
+    measure_runs: int = HSDAG["measure_runs"]
+    budget: float = HSDAG["budget"]
+    placements: int = HSDAG["placements"]
+    episodes: int = HSDAG["episodes"]
+    samples: int = HSDAG["samples"]
+    lr: float = HSDAG["lr"]
+    hidden: int = HSDAG["hidden"]
+    warm_start: str = HSDAG["warm_start"]
+    policy: str = HSDAG["policy"]
+    checkpoint: str = HSDAG["checkpoint"]
+    report: str = HSDAG["report"]
+    algo: str = HSDAG["algo"]
+    entropy: float = HSDAG["entropy"]
+    reward_shape: str = HSDAG["reward_shape"]
+    baseline: str = HSDAG["baseline"]
+    cost_aware: bool = HSDAG["cost_aware"]
     requires = ("graph", "support")
     provides = ("partition",)
 

@@ -6,14 +6,16 @@ from the partition pass (``req.options``); a missing, ``None`` or empty value ta
 =============  ==========  ===============================================================
 option         default     meaning
 =============  ==========  ===============================================================
-reward         simulate    ``simulate`` (cost-model simulator) or ``measure`` (HETERO runs)
-budget         0           wall-clock seconds for training; 0 = no limit
+reward         auto        ``simulate`` (cost-model simulator), ``measure`` (HETERO runs), or
+                           ``auto``: measure when every target device is real, else simulate
+measure_runs   10          timed runs per measured placement (median)
+budget         120         wall-clock seconds for training; 0 = no limit
 placements     0           max placements evaluated; 0 = no limit
 episodes       25          policy updates (0 = default)
 samples        20          placements per episode (0 = default)
 lr             1e-3        Adam learning rate (0 = default)
 hidden         128         hidden width (0 = default)
-warm_start     none        ``none``, or a placer (``optimal``, ``heft``) to evaluate and imitate first
+warm_start     optimal     ``none``, or a placer (``optimal``, ``heft``) to evaluate and imitate first
 policy         ""          checkpoint to resume (same model) or whose weights to reuse
 checkpoint     ""          checkpoint path to write
 report         ""          directory for curve.csv / curve.png / summary.json
@@ -38,9 +40,9 @@ from hdp.errors import InputError
 from hdp.ir.types import Module
 from hdp.placers import Placed, PlaceRequest, placer, placers
 
-_DEFAULTS = {
-    "reward": "simulate", "budget": 0.0, "placements": 0, "episodes": 25, "samples": 20, "lr": 1e-3,
-    "hidden": 128, "warm_start": "none", "policy": "", "checkpoint": "", "report": "",
+DEFAULTS = {
+    "reward": "auto", "measure_runs": 10, "budget": 120.0, "placements": 0, "episodes": 25, "samples": 20,
+    "lr": 1e-3, "hidden": 128, "warm_start": "optimal", "policy": "", "checkpoint": "", "report": "",
     "algo": "reinforce", "entropy": 0.01, "reward_shape": "neglog", "baseline": "batch", "cost_aware": True,
 }
 _ZERO_IS_DEFAULT = {"episodes", "samples", "lr", "hidden"}
@@ -49,7 +51,7 @@ _ZERO_IS_DEFAULT = {"episodes", "samples", "lr", "hidden"}
 def read_options(req: PlaceRequest) -> dict:
     """The hsdag options from ``req.options`` with defaults, type-checked (InputError naming the option)."""
     out = {}
-    for key, default in _DEFAULTS.items():
+    for key, default in DEFAULTS.items():
         v = req.options.get(key)
         if v is None or v == "" or (key in _ZERO_IS_DEFAULT and v == 0):
             out[key] = default
@@ -67,14 +69,19 @@ def read_options(req: PlaceRequest) -> dict:
             raise InputError(f"hsdag option '{key}': expected {type(default).__name__}, got {v!r}") from None
     if req.arg:
         out["reward"] = req.arg
+    if out["reward"] == "auto":
+        real = req.target is not None and req.target.is_real
+        out["reward"] = "measure" if real else "simulate"
     if out["reward"] not in ("simulate", "measure"):
-        raise InputError(f"hsdag option 'reward': 'simulate' or 'measure', not '{out['reward']}'")
+        raise InputError(f"hsdag option 'reward': 'auto', 'simulate' or 'measure', not '{out['reward']}'")
+    if out["measure_runs"] < 1:
+        raise InputError("hsdag option 'measure_runs' must be >= 1")
     if out["budget"] < 0 or out["placements"] < 0:
         raise InputError("hsdag options 'budget' and 'placements' must be >= 0")
     return out
 
 
-def _make_evaluator(module: Module, req: PlaceRequest, reward: str):
+def _make_evaluator(module: Module, req: PlaceRequest, reward: str, runs: int = 10):
     """``device_of -> seconds`` for the chosen reward (device ids index ``req.devices``)."""
     if module.costs is not None and module.costs.devices != req.devices:
         raise InputError(f"costs were computed for devices {module.costs.devices}, not for target "
@@ -91,7 +98,7 @@ def _make_evaluator(module: Module, req: PlaceRequest, reward: str):
         raise InputError(f"hsdag reward 'measure' needs the measurer (hdp.runtime.measure): {e}") from None
     if req.target is None:
         raise InputError("hsdag reward 'measure' needs a target")
-    return Measurer(module, req.target).latency
+    return Measurer(module, req.target, runs=runs).latency
 
 
 def as_assigned(module: Module, device_of: np.ndarray) -> np.ndarray:
@@ -138,7 +145,7 @@ def hsdag(module: Module, req: PlaceRequest) -> Placed:
     except ImportError as e:
         raise InputError(f"method 'hsdag' needs torch and torch_geometric: {e}") from None
 
-    raw_eval = _make_evaluator(module, req, o["reward"])
+    raw_eval = _make_evaluator(module, req, o["reward"], o["measure_runs"])
 
     def evaluate(device_of: np.ndarray) -> float:
         return raw_eval(as_assigned(module, device_of))
