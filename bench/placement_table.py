@@ -57,10 +57,27 @@ def base_module(model: str, target, cache: PassCache, workdir: Path, profile_run
     return PassManager(passes, cache=cache).run(m)
 
 
-def place(module, target, method: str, seed: int, cache: PassCache, extra: dict):
+def parse_spec(spec: str) -> tuple[str, dict, dict]:
+    """``hsdag@warm_start=none,features.position=false`` -> (method, partition options, features options)."""
+    method, _, rest = spec.partition("@")
+    part, feat = {}, {}
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        if k.startswith("features."):
+            feat[k[len("features."):]] = v
+        else:
+            part[k] = v
+    return method, part, feat
+
+
+def place(module, target, spec: str, seed: int, cache: PassCache, extra: dict):
+    method, part, feat = parse_spec(spec)
     t0 = time.perf_counter()
-    passes = [make_pass("partition", {"target": target, "method": method, "seed": seed, **extra}),
-              make_pass("assign", {})]
+    passes = []
+    if feat:  # an ablation: recompute the features (and the coarse graph's aggregated features)
+        passes += [make_pass("features", feat), make_pass("coarsen", {})]
+    passes += [make_pass("partition", {"target": target, "method": method, "seed": seed, **extra, **part}),
+               make_pass("assign", {})]
     out = PassManager(passes, cache=cache).run(module)
     return out.placement, time.perf_counter() - t0
 
@@ -94,8 +111,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="virtual")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="zoo names or .xml paths")
-    ap.add_argument("--methods", default=None, help="comma-separated; default: single per device, "
-                    "hetero-auto, random, heft, optimal, hsdag (if available)")
+    ap.add_argument("--methods", default=None, help="space-separated; default: single per device, "
+                    "hetero-auto, random, heft, optimal, hsdag. Options: hsdag@warm_start=none,"
+                    "reward=simulate; ablations: hsdag@features.structural=false")
     ap.add_argument("--seeds", default="0", help="seeds for the randomised methods (random, hsdag)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
     ap.add_argument("--profile-runs", type=int, default=20)
@@ -109,7 +127,7 @@ def main(argv=None) -> int:
 
     target = load_target(args.target)
     devs = target.device_names
-    methods = args.methods.split(",") if args.methods else (
+    methods = args.methods.split() if args.methods else (
         [f"single:{d}" for d in devs] + ["hetero-auto", "random", "heft", "optimal"]
         + (["hsdag"] if "hsdag" in placers() else []))
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -142,7 +160,7 @@ def main(argv=None) -> int:
                 plain[d] = p.median if p.ok else None
         results = {}
         for method in methods:
-            ms = seeds if method.split(":")[0] in ("random", "hsdag") else [0]
+            ms = seeds if method.split(":")[0].split("@")[0] in ("random", "hsdag") else [0]
             sims, meas, spreads, secs = [], [], [], []
             for seed in ms:
                 pl, dt = place(m, target, method, seed, cache, extra)
