@@ -11,7 +11,6 @@ from typing import ClassVar
 
 import msgspec
 
-from hdp.ir.types import Module
 
 _REGISTRY: dict[str, type["Pass"]] = {}
 
@@ -28,8 +27,7 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     def pass_name(cls) -> str:
         return cls.__struct_config__.tag
 
-    def run(self, module: Module) -> Module:  # pragma: no cover - abstract
-        raise NotImplementedError(f"{type(self).__name__}.run")
+    # Subclasses define ``run(self, module: Module) -> Module``; @register checks it.
 
 
 def register(cls: type[Pass]) -> type[Pass]:
@@ -37,6 +35,8 @@ def register(cls: type[Pass]) -> type[Pass]:
     name = cls.pass_name()
     if not isinstance(name, str):
         raise TypeError(f"{cls.__name__} needs a string tag")
+    if not callable(getattr(cls, "run", None)):
+        raise TypeError(f"pass {cls.__name__} must define run(module) -> Module")
     _REGISTRY[name] = cls
     return cls
 
