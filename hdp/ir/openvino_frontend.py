@@ -302,17 +302,25 @@ def lower(xml: str | os.PathLike, input_shapes: dict[str, list[int]] | None = No
     })
 
 
-def reread_source(module: Module):
-    """Read the module's source model again, with the shapes it was lowered with, and check it is
-    unchanged. Returns ``(ov.Model, ov_ops aligned with module.graph.ops)``."""
+def checked_source(module: Module) -> tuple[Path, str]:
+    """The module's source model path and its digest, after checking the file is still there and
+    unchanged since lowering (InputError otherwise)."""
     src = module.meta.get("source", "")
     if not src:
         raise InputError("this module has no source model (it was not lowered from a model.xml)")
     xml = Path(src)
     if not xml.exists():
         raise InputError(f"{xml}: the module's source model is gone")
-    if module.meta.get("source_digest") and file_digest(xml) != module.meta["source_digest"]:
+    digest = file_digest(xml)
+    if module.meta.get("source_digest") and digest != module.meta["source_digest"]:
         raise InputError(f"{xml}: the source model changed since it was lowered; lower it again")
+    return xml, digest
+
+
+def reread_source(module: Module):
+    """Read the module's source model again, with the shapes it was lowered with, and check it is
+    unchanged. Returns ``(ov.Model, ov_ops aligned with module.graph.ops)``."""
+    xml, _ = checked_source(module)
     shapes = parse_input_shapes([module.meta["input_shapes"]]) if module.meta.get("input_shapes") else {}
     model = read_model(xml, shapes)
     ov_ops = list(model.get_ordered_ops())

@@ -288,15 +288,9 @@ class _Source(msgspec.Struct, frozen=True):
 
 def _source_of(source, tmpdir_factory) -> _Source:
     if isinstance(source, Module):
-        src = source.meta.get("source", "")
-        if not src:
-            raise InputError("this module has no source model (it was not lowered from a model.xml)")
-        xml = Path(src)
-        if not xml.exists():
-            raise InputError(f"{xml}: the module's source model is gone")
-        digest = _file_digest(xml)
-        if source.meta.get("source_digest") and digest != source.meta["source_digest"]:
-            raise InputError(f"{xml}: the source model changed since it was lowered; lower it again")
+        from hdp.ir.openvino_frontend import checked_source
+
+        xml, digest = checked_source(source)
         shapes = source.meta.get("input_shapes", "")
         return _Source(str(xml), shapes, [op.name for op in source.graph.ops], f"{digest}:{shapes}")
     if isinstance(source, (str, os.PathLike)):
