@@ -2,52 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import sys
 from collections import Counter
 from pathlib import Path
 
 import click
 
+from hdp.cli_common import pass_cache, target_from, user_errors
+from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
-
-
-def _fail(msg: str) -> None:
-    click.echo(f"hdp: error: {msg}", err=True)
-    sys.exit(2)
-
-
-def user_errors(fn):
-    """Turn HdpError (a user mistake) into one line on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except HdpError as e:
-            _fail(str(e))
-        except KeyboardInterrupt:
-            _fail("interrupted")
-
-    return wrapper
-
-
-def _target(target: str | None, devices: str | None):
-    from hdp.runtime.target import devices_target, load_target
-
-    if target and devices:
-        raise click.UsageError("give --target or --devices, not both")
-    if devices:
-        return devices_target([d.strip() for d in devices.split(",") if d.strip()])
-    return load_target(target or "host")
-
-
-def _cache(cache_dir: str | None, no_cache: bool):
-    from hdp.passes.cache import PassCache, default_cache_dir
-
-    if no_cache:
-        return None
-    return PassCache(cache_dir or default_cache_dir())
 
 
 cache_options = [
@@ -109,10 +71,10 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
     out = Path(output)
     if out.suffix.lower() != ".xml":
         raise click.UsageError(f"-o {output}: the placed model must be an .xml path")
-    tgt = _target(target, devices)
+    tgt = target_from(target, devices)
     method = method or default_method(tgt)
     shapes = parse_input_shapes(input_shape)
-    cache = _cache(cache_dir, no_cache)
+    cache = pass_cache(cache_dir, no_cache)
     timing = Timing()
     instruments = [timing] + ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
     opts = _parse_sets(sets)
@@ -197,11 +159,11 @@ def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_
         raise HdpError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
     opts = _parse_sets(sets)
     if takes_target(reg[name]):
-        opts["target"] = _target(target, devices)
+        opts["target"] = target_from(target, devices)
     p = make_pass(name, opts)
     module = load(input)
     timing = Timing()
-    out = PassManager([p], cache=_cache(cache_dir, no_cache), instruments=[timing]).run(module)
+    out = PassManager([p], cache=pass_cache(cache_dir, no_cache), instruments=[timing]).run(module)
     save(out, output)
     if timings:
         timing.write(timings)
@@ -262,8 +224,6 @@ def zoo_cmd(name, output):
     path = export(name, output)
     click.echo(f"{name} -> {path}")
 
-
-from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd  # noqa: E402
 
 main.add_command(targets_cmd)
 main.add_command(evaluate_cmd)

@@ -5,7 +5,6 @@ Registered on the main group in :mod:`hdp.cli` with ``main.add_command(...)``.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import warnings
@@ -13,25 +12,13 @@ from pathlib import Path
 
 import click
 
-
-def _user_errors(fn):
-    """hdp.cli.user_errors, imported when the command runs (hdp.cli imports this module)."""
-
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        from hdp.cli import user_errors
-
-        return user_errors(fn)(*a, **kw)
-
-    return wrapper
+from hdp.cli_common import pass_cache, target_from, user_errors
 
 
 def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
-    from hdp.cli import _target
-
     if target is None and devices is None and default is None:
         return None
-    return _target(target, devices)
+    return target_from(target, devices)
 
 
 def _ms(s: float) -> str:
@@ -65,7 +52,7 @@ def _describe(d) -> str:
 
 @click.command("targets")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_user_errors
+@user_errors
 def targets_cmd(as_json):
     """List the built-in targets, their devices, and which real devices this host has."""
     import msgspec
@@ -113,7 +100,7 @@ def targets_cmd(as_json):
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Measurement cache directory (default: ~/.cache/hdp/measure).")
 @click.option("--no-cache", is_flag=True, help="Measure again even if a result is cached.")
-@_user_errors
+@user_errors
 def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, as_json, cache_dir, no_cache):
     """Measure a placed model (from `hdp compile`) with HETERO on the target's real devices.
 
@@ -192,19 +179,18 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Pass cache directory (default: ~/.cache/hdp).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache (profile again).")
-@_user_errors
+@user_errors
 def profile_cmd(model, output, target, devices, runs, warmup, input_shape, top, cache_dir, no_cache):
     """Time every op of MODEL (.xml or a lowered .hdp) on every device of a target; write JSON."""
     import numpy as np
 
-    from hdp.cli import _cache
     from hdp.ir.openvino_frontend import parse_input_shapes
     from hdp.ir.serde import load
     from hdp.passes.manager import PassManager
     from hdp.pipeline import lower_cached, make_pass
 
     tgt = _load_target(target, devices)
-    cache = _cache(cache_dir, no_cache)
+    cache = pass_cache(cache_dir, no_cache)
     if Path(model).suffix.lower() == ".hdp":
         module = load(model)
     else:
