@@ -58,26 +58,29 @@ def base_module(model: str, target, cache: PassCache, workdir: Path, profile_run
 
 
 def parse_spec(spec: str) -> tuple[str, dict, dict]:
-    """``hsdag@warm_start=none,features.position=false`` -> (method, partition options, features options)."""
+    """``hsdag@warm_start=none,features.position=false,assign.refine=true`` -> (method, partition,
+    features and assign options)."""
     method, _, rest = spec.partition("@")
-    part, feat = {}, {}
+    part, feat, assign = {}, {}, {}
     for kv in filter(None, rest.split(",")):
         k, _, v = kv.partition("=")
         if k.startswith("features."):
             feat[k[len("features."):]] = v
+        elif k.startswith("assign."):
+            assign[k[len("assign."):]] = v
         else:
             part[k] = v
-    return method, part, feat
+    return method, part, feat, assign
 
 
 def place(module, target, spec: str, seed: int, cache: PassCache, extra: dict):
-    method, part, feat = parse_spec(spec)
+    method, part, feat, assign = parse_spec(spec)
     t0 = time.perf_counter()
     passes = []
     if feat:  # an ablation: recompute the features (and the coarse graph's aggregated features)
         passes += [make_pass("features", feat), make_pass("coarsen", {})]
     passes += [make_pass("partition", {"target": target, "method": method, "seed": seed, **extra, **part}),
-               make_pass("assign", {})]
+               make_pass("assign", assign)]
     out = PassManager(passes, cache=cache).run(module)
     return out.placement, time.perf_counter() - t0
 

@@ -49,6 +49,8 @@ def main():
               help="hsdag: train on simulated or measured latency (auto: measure on real targets).")
 @click.option("--policy", type=click.Path(dir_okay=False), default=None,
               help="hsdag: checkpoint to resume or whose trained policy to reuse.")
+@click.option("--refine", is_flag=True, help="After placing, move boundary ops greedily while the "
+              "simulated latency drops (assign --set refine=true).")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None, help="Write per-pass timings as JSON.")
 @click.option("--dump-ir", type=click.Path(file_okay=False), default=None, help="Save the Module after each pass.")
 @click.option("--emit-ir", type=click.Path(dir_okay=False), default=None, help="Save the final Module (.hdp).")
@@ -59,7 +61,7 @@ def main():
 @_apply(cache_options)
 @user_errors
 def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, budget, reward, policy,
-                timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
+                refine, timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.openvino_frontend import parse_input_shapes
@@ -81,7 +83,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
     for key, value in (("budget", budget), ("reward", reward), ("policy", policy)):
         if value is not None:
             opts[key] = value
-    schedule = compile_schedule(tgt, method, seed, opts)
+    schedule = compile_schedule(tgt, method, seed, opts, refine=refine)
     module = lower_cached(model, shapes, cache, instruments)
     module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     for ins in instruments:

@@ -61,7 +61,8 @@ def make_pass(name: str, options: dict) -> Pass:
         raise InputError(f"pass '{name}': invalid option: {e}") from None
 
 
-def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | None = None) -> list[Pass]:
+def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | None = None,
+                     refine: bool = False) -> list[Pass]:
     """The passes ``hdp compile`` runs for a method on a target, in order."""
     from hdp.placers import parse_method, placers
 
@@ -81,7 +82,9 @@ def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | N
     opts = {"target": target, "method": method, "seed": seed}
     opts.update(extra or {})
     sched.append(make_pass("partition", opts))
-    sched.append(make_pass("assign", {}))
+    if refine and "costs" not in needs:
+        sched.insert(-1, make_pass("profile", {"target": target}))
+    sched.append(make_pass("assign", {"refine": refine}))
     return sched
 
 

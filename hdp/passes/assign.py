@@ -38,8 +38,11 @@ def colocate(module: Module, device_of: np.ndarray) -> np.ndarray:
 
 @register
 class AssignPass(Pass, tag="assign"):
-    """Device per op from the partition; co-locate Constants/Parameters/Results; fix support."""
+    """Device per op from the partition; co-locate Constants/Parameters/Results; fix support;
+    optionally refine greedily under the cost model."""
 
+    refine: bool = False  # greedy boundary moves under the cost model (needs costs)
+    refine_rounds: int = 200
     requires = ("graph", "partition")
     provides = ("placement",)
 
@@ -59,9 +62,18 @@ class AssignPass(Pass, tag="assign"):
                     raise InputError(f"no device of {p.devices} supports op '{op.name}' ({op.type})")
                 dev[i] = ok[0]
             moved = int(bad.size)
+        info = dict(p.info)
+        if self.refine:
+            if module.costs is None:
+                raise InputError("assign --set refine=true needs costs; run the profile pass first")
+            if module.costs.devices != p.devices:
+                raise InputError("costs and partition disagree on the device list")
+            from hdp.placers.refine import refine
+
+            dev, before, after, n_moves = refine(module, colocate(module, dev), self.refine_rounds)
+            info.update(refine_before_s=f"{before:.6g}", refine_after_s=f"{after:.6g}", refine_moves=str(n_moves))
         if module.graph.n_ops:
             dev = colocate(module, dev)
-        info = dict(p.info)
         info["moved_unsupported"] = str(moved)
         pl = Placement(method=p.method, devices=p.devices, device_of=Array.of(dev, np.int16), info=info)
         return module.replace(placement=pl)
