@@ -110,7 +110,9 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
         if compare and tgt.is_real:
             from hdp.runtime.measure import compare_with_plain
 
-            click.echo(compare_with_plain(module, tgt, cache=cache.dir / "measure" if cache else False))
+            # measured fresh, back to back: a cached figure from another moment (another load on
+            # the machine) would make the comparison meaningless
+            click.echo(compare_with_plain(module, tgt, cache=False))
 
 
 @main.command("lower")
