@@ -54,15 +54,28 @@ def _core():
     return ov.Core()
 
 
+_digests: dict[tuple, str] = {}
+
+
 def file_digest(xml: Path) -> str:
-    """blake2b of the xml and its weights (identifies the source model in cache keys)."""
+    """blake2b of the xml and its weights (identifies the source model in cache keys).
+
+    Several passes check that the source is unchanged; within one process a file whose path,
+    size and modification time are the same is not hashed again (BERT's weights are 436 MB)."""
+    xml = Path(xml)
+    paths = (xml, xml.with_suffix(".bin"))
+    stamp = tuple((str(p.resolve()), st.st_size, st.st_mtime_ns) for p in paths if p.exists()
+                  for st in [p.stat()])
+    if stamp in _digests:
+        return _digests[stamp]
     h = hashlib.blake2b(digest_size=16)
-    for p in (xml, xml.with_suffix(".bin")):
+    for p in paths:
         if p.exists():
             with open(p, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
-    return h.hexdigest()
+    _digests[stamp] = h.hexdigest()
+    return _digests[stamp]
 
 
 def read_model(xml: str | os.PathLike, input_shapes: dict[str, list[int]] | None = None):

@@ -286,7 +286,6 @@ def quotient_csr(indptr, indices, edge_bytes, src_port, group_of, k, per_tensor)
     tbits = np.zeros(k, np.uint64)
     length = 0
     for g in range(k):
-        start = length
         for i in range(mptr[g], mptr[g + 1]):
             u = members[i]
             for e in range(indptr[u], indptr[u + 1]):
