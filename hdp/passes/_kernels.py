@@ -513,10 +513,3 @@ def group_sums(values, group_of, k):
             out[g, j] += values[u, j]
     return out
 
-
-@njit(cache=True)
-def group_counts(group_of, k):
-    out = np.zeros(k, np.int32)
-    for u in range(group_of.shape[0]):
-        out[group_of[u]] += 1
-    return out

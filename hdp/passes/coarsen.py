@@ -100,7 +100,7 @@ def multilevel(indptr, indices, edge_bytes, src_port, group_of, k, target):
     """Step (c): merge consecutive groups level by level until exactly ``target`` remain."""
     n = group_of.shape[0]
     gptr, gidx, gbytes = K.quotient_csr(indptr, indices, edge_bytes, src_port, group_of, k, True)
-    weight = K.group_counts(group_of, k).astype(np.int64)
+    weight = np.bincount(group_of, minlength=k).astype(np.int64)
     cap = max(2, math.ceil(2 * n / target))
     while k > target:
         new_id, k2 = K.interval_matching(gptr, gidx, gbytes, weight, cap, k - target)
@@ -120,14 +120,14 @@ def build_coarse(module: Module, arrays, group_of: np.ndarray, k: int) -> Coarse
     :func:`graph_arrays`), mean features, member counts, summed costs."""
     indptr, indices, eb, sp, _ = arrays
     gptr, gidx, gbytes = K.quotient_csr(indptr, indices, eb, sp, group_of, k, True)
+    members = np.bincount(group_of, minlength=k).astype(np.int32)
     features = cost = None
     if module.features is not None:
         f = module.features.matrix.numpy()
-        counts = np.maximum(K.group_counts(group_of, k), 1)[:, None]
-        features = Array.of((K.group_sums(f, group_of, k) / counts).astype(np.float32))
+        features = Array.of((K.group_sums(f, group_of, k) / np.maximum(members, 1)[:, None]).astype(np.float32))
     if module.costs is not None:
         cost = Array.of(K.group_sums(module.costs.op_time.numpy(), group_of, k))
     return Coarse(group_of=Array.of(group_of, np.int32), n_groups=int(k), indptr=Array.of(gptr),
                   indices=Array.of(gidx, np.int32), edge_bytes=Array.of(gbytes, np.int64),
-                  features=features, member_count=Array.of(K.group_counts(group_of, k)),
+                  features=features, member_count=Array.of(members),
                   cost=cost)
