@@ -75,20 +75,18 @@ def _compress_legend(legend) -> list[str]:
 def show(path: str) -> str:
     p = Path(path)
     if p.suffix.lower() == ".xml":
-        from hdp.ir.openvino_frontend import lower
+        from hdp.ir.openvino_frontend import lower_file_model, read_model
+        from hdp.runtime.placed import placed_from_model
 
-        m = lower(p)
-        text = describe(m)
+        model = read_model(p)  # read once: lowered for the summary, then checked for affinities
+        text = describe(lower_file_model(model, p))
         try:
-            from hdp.runtime.placed import read_placed
-
-            pm = read_placed(p)
-            counts = Counter(op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops())
-            text += f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
-                f"{d}: {counts.get(d, 0)}" for d in pm.devices)
-        except HdpError:
-            text += "\nnot placed (no affinities)"
-        return text
+            pm = placed_from_model(model, p)
+        except HdpError as e:
+            return text + f"\nnot placed ({e})"
+        counts = Counter(op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops())
+        return text + f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
+            f"{d}: {counts.get(d, 0)}" for d in pm.devices)
     from hdp.ir.serde import load
 
     return describe(load(p))

@@ -304,7 +304,12 @@ def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = 
 def lower(xml: str | os.PathLike, input_shapes: dict[str, list[int]] | None = None) -> Module:
     """Read ``xml`` (+ ``.bin``), make it static and lower it into a Module."""
     xml = Path(xml)
-    model = read_model(xml, input_shapes)
+    return lower_file_model(read_model(xml, input_shapes), xml)
+
+
+def lower_file_model(model, xml: str | os.PathLike) -> Module:
+    """Lower ``model``, already read from ``xml`` by :func:`read_model`, recording its source."""
+    xml = Path(xml)
     actual = {}
     for inp in model.inputs:
         label = inp.get_any_name() if inp.get_names() else inp.get_node().get_friendly_name()

@@ -70,7 +70,11 @@ def read_placed(xml: str | os.PathLike) -> PlacedModel:
     from hdp.ir.openvino_frontend import read_model
 
     xml = Path(xml)
-    model = read_model(xml)
+    return placed_from_model(read_model(xml), xml)
+
+
+def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
+    """The placement carried by an already-read ``ov.Model`` (affinities restored in place)."""
     used = restore_affinity(model, str(xml))
     devs = (_model_info(model, "devices") or "").split(",")
     devs = [d for d in devs if d] or used
