@@ -36,6 +36,23 @@ def colocate(module: Module, device_of: np.ndarray) -> np.ndarray:
     return d
 
 
+def fix_support(module: Module, device_of: np.ndarray) -> tuple[np.ndarray, int]:
+    """Move every op placed on a device that cannot run it to the first device that can (in the
+    support table's order); returns (devices, number moved). InputError if no device can run an op."""
+    d = np.array(device_of, np.int16)
+    if module.support is None or not d.size:
+        return d, 0
+    mask = module.support.mask.numpy()
+    bad = np.nonzero(~mask[np.arange(d.shape[0]), d])[0]
+    if bad.size:
+        none = bad[~mask[bad].any(axis=1)]
+        if none.size:
+            op = module.graph.ops[none[0]]
+            raise InputError(f"no device of {module.support.devices} supports op '{op.name}' ({op.type})")
+        d[bad] = np.argmax(mask[bad], axis=1)
+    return d, int(bad.size)
+
+
 @register
 class AssignPass(Pass, tag="assign"):
     """Device per op from the partition; co-locate Constants/Parameters/Results; fix support;
@@ -49,19 +66,9 @@ class AssignPass(Pass, tag="assign"):
     def run(self, module: Module) -> Module:
         p = module.partition
         dev = p.group_device.numpy()[p.group_of.numpy()].astype(np.int16)
-        moved = 0
-        if module.support is not None and module.graph.n_ops:
-            mask = module.support.mask.numpy()
-            if module.support.devices != p.devices:
-                raise InputError("support and partition disagree on the device list")
-            bad = np.nonzero(~mask[np.arange(dev.shape[0]), dev])[0]
-            for i in bad:
-                ok = np.nonzero(mask[i])[0]
-                if ok.size == 0:
-                    op = module.graph.ops[i]
-                    raise InputError(f"no device of {p.devices} supports op '{op.name}' ({op.type})")
-                dev[i] = ok[0]
-            moved = int(bad.size)
+        if module.support is not None and module.support.devices != p.devices:
+            raise InputError("support and partition disagree on the device list")
+        dev, moved = fix_support(module, dev)
         info = dict(p.info)
         if self.refine:
             if module.costs is None:

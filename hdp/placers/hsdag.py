@@ -104,15 +104,9 @@ def _make_evaluator(module: Module, req: PlaceRequest, reward: str, runs: int = 
 def as_assigned(module: Module, device_of: np.ndarray) -> np.ndarray:
     """What the assign pass makes of a per-op placement: unsupported ops moved to their first
     supporting device, Constants/Parameters/Results co-located."""
-    from hdp.passes.assign import colocate
+    from hdp.passes.assign import colocate, fix_support
 
-    d = np.array(device_of, np.int16)
-    if module.support is not None and d.size:
-        mask = module.support.mask.numpy()
-        bad = ~mask[np.arange(d.shape[0]), d]
-        ok = mask.any(axis=1)
-        fix = bad & ok
-        d[fix] = np.argmax(mask[fix], axis=1)
+    d, _ = fix_support(module, device_of)
     return colocate(module, d) if d.size else d
 
 
