@@ -154,7 +154,12 @@ def hsdag(module: Module, req: PlaceRequest) -> Placed:
         reward=o["reward_shape"], baseline=o["baseline"], entropy=o["entropy"],
         max_placements=o["placements"], max_seconds=o["budget"], seed=req.seed,
         report_dir=o["report"] or None, checkpoint=o["checkpoint"] or None, policy=o["policy"] or None)
-    r = train(lg, evaluate, cfg, warm_start=warm, candidates=candidates)
+    try:
+        r = train(lg, evaluate, cfg, warm_start=warm, candidates=candidates)
+    finally:
+        closer = getattr(raw_eval, "__self__", None)  # a Measurer's worker process ends here
+        if hasattr(closer, "close"):
+            closer.close()
     if r.best_device_of is None:
         raise InputError(f"hsdag: every placement failed to evaluate ({r.evaluations} tried, reward "
                          f"'{o['reward']}'); check the target and the model")
