@@ -268,7 +268,8 @@ def plan_specialisation(model, xml: str | os.PathLike, request: ShapeRequest | N
         raise InputError(f"{xml}: the model has no ops")
     if not model.inputs:
         raise InputError(f"{xml}: the model has no inputs (hdp places models that take inputs)")
-    variables = {v.get_info().variable_id: v for v in model.get_variables()}
+    # sorted: get_variables() has no stable order, and the specialisation must be the same bytes every read
+    variables = dict(sorted((v.get_info().variable_id, v) for v in model.get_variables()))
     index: dict[str, int] = {}
     for i, inp in enumerate(model.inputs):
         for n in _all_names(inp):
@@ -376,7 +377,8 @@ def _plan_state(model, xml: Path, spec: Specialisation, req: ShapeRequest, varia
     if spec.phase != "decode":
         return spec
     # decode: the state a seq_len-token prefill leaves behind, and one new token
-    prefill = plan_specialisation(model, xml, msgspec.structs.replace(req, phase="prefill"))
+    inputs_only = {k: v for k, v in req.shapes.items() if k not in variables}
+    prefill = plan_specialisation(model, xml, msgspec.structs.replace(req, phase="prefill", shapes=inputs_only))
     after = _assigned_state(specialise(model, prefill, xml))
     state = tuple(s if s.variable in req.shapes else StateSpec(s.variable, after.get(s.variable, s.shape), s.type)
                   for s in spec.state)
