@@ -227,10 +227,9 @@ def _token_shape(role: str, ps, phase: str, seq_len: int, batch: int) -> tuple[i
         seq = seq_len + 1 if role == "attention_mask" else 1
     else:
         seq = seq_len
-    out = [d for d in dims]
-    if out[-1] is None:
-        out[-1] = seq
-    return tuple(batch if d is None else d for d in out)
+    if dims[-1] is None:
+        dims[-1] = seq
+    return tuple(batch if d is None else d for d in dims)
 
 
 def _example(label: str, ps, et) -> str:
