@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import pass_cache, target_from, user_errors
+from hdp.cli_common import pass_cache, shape_options, shape_request, target_from, user_errors, with_options
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
 
@@ -17,15 +17,6 @@ cache_options = [
                  help="Pass cache directory (default: ~/.cache/hdp)."),
     click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache."),
 ]
-
-
-def _apply(opts):
-    def deco(fn):
-        for o in reversed(opts):
-            fn = o(fn)
-        return fn
-
-    return deco
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,7 +32,7 @@ def main():
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--method", default=None, help="Placement method (default: hsdag if available and the "
               "target has several devices, else single). See `hdp passes`.")
-@click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
+@with_options(shape_options)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--set", "sets", multiple=True, help="partition option key=value (repeatable).")
 @click.option("--budget", type=float, default=None, help="hsdag: training budget in seconds (0: none).")
@@ -58,13 +49,12 @@ def main():
               help="Measure the placement against the plain compile on each real device and say "
                    "which is faster (real targets only; skipped with --quiet).")
 @click.option("--quiet", "-q", is_flag=True)
-@_apply(cache_options)
+@with_options(cache_options)
 @user_errors
-def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, budget, reward, policy,
-                refine, timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
+def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
+                policy, refine, timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
-    from hdp.ir.openvino_frontend import parse_input_shapes
     from hdp.ir.serde import save
     from hdp.passes.instruments import DumpIR, Progress, Timing
     from hdp.passes.manager import PassManager
@@ -75,7 +65,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
         raise click.UsageError(f"-o {output}: the placed model must be an .xml path")
     tgt = target_from(target, devices)
     method = method or default_method(tgt)
-    shapes = parse_input_shapes(input_shape)
+    shapes = shape_request(input_shape, seq_len, phase)
     cache = pass_cache(cache_dir, no_cache)
     timing = Timing()
     instruments = [timing] + ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
@@ -118,14 +108,14 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
 @main.command("lower")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Module file (.hdp).")
-@click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
+@with_options(shape_options)
 @user_errors
-def lower_cmd(model, output, input_shape):
+def lower_cmd(model, output, input_shape, seq_len, phase):
     """Lower an OpenVINO model into an hdp Module file."""
-    from hdp.ir.openvino_frontend import lower, parse_input_shapes
+    from hdp.ir.openvino_frontend import lower
     from hdp.ir.serde import save
 
-    m = lower(model, parse_input_shapes(input_shape))
+    m = lower(model, shape_request(input_shape, seq_len, phase))
     save(m, output)
     click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges -> {output}")
 
@@ -148,7 +138,7 @@ def _parse_sets(sets) -> dict:
 @click.option("--target", default=None, help="For passes that take a target.")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None)
-@_apply(cache_options)
+@with_options(cache_options)
 @user_errors
 def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_cache):
     """Run one pass NAME on a Module file INPUT and write the result to OUTPUT."""

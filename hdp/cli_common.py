@@ -46,3 +46,34 @@ def pass_cache(cache_dir: str | None, no_cache: bool):
     if no_cache:
         return None
     return PassCache(cache_dir or default_cache_dir())
+
+
+#: The specialisation options of ``compile``, ``lower`` and ``profile`` (see hdp.ir.openvino_frontend).
+shape_options = [
+    click.option("--input-shape", multiple=True,
+                 help="NAME:D0,D1,...[:TYPE] static shape (and, for a 'dynamic' one, element type) of "
+                      "an input or a state variable that hdp costs at (repeatable; NAME: for a scalar). "
+                      "The written model keeps the original's dynamic shapes."),
+    click.option("--seq-len", type=click.IntRange(1), default=None,
+                 help="Sequence length for dynamic input_ids/attention_mask/position_ids/token_type_ids "
+                      "[default: 128]."),
+    click.option("--phase", type=click.Choice(["prefill", "decode"]), default="prefill", show_default=True,
+                 help="Stateful (KV-cache) models: cost the prompt (seq-len tokens, empty cache) or one "
+                      "generation step (1 token after a seq-len cache)."),
+]
+
+
+def with_options(opts):
+    """Apply a list of click options to a command, in order."""
+    def deco(fn):
+        for o in reversed(opts):
+            fn = o(fn)
+        return fn
+
+    return deco
+
+
+def shape_request(input_shape, seq_len, phase):
+    from hdp.ir.openvino_frontend import parse_request
+
+    return parse_request(input_shape, seq_len, phase)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import pass_cache, target_from, user_errors
+from hdp.cli_common import pass_cache, shape_options, shape_request, target_from, user_errors, with_options
 
 
 def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
@@ -174,17 +174,17 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--runs", default=10, show_default=True, type=click.IntRange(1))
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(1))
-@click.option("--input-shape", multiple=True, help="NAME:D0,D1,... for a dynamic input (repeatable).")
+@with_options(shape_options)
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Print the N costliest ops.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Pass cache directory (default: ~/.cache/hdp).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache (profile again).")
 @user_errors
-def profile_cmd(model, output, target, devices, runs, warmup, input_shape, top, cache_dir, no_cache):
+def profile_cmd(model, output, target, devices, runs, warmup, input_shape, seq_len, phase, top, cache_dir,
+                no_cache):
     """Time every op of MODEL (.xml or a lowered .hdp) on every device of a target; write JSON."""
     import numpy as np
 
-    from hdp.ir.openvino_frontend import parse_input_shapes
     from hdp.ir.serde import load
     from hdp.passes.manager import PassManager
     from hdp.pipeline import lower_cached, make_pass
@@ -194,7 +194,7 @@ def profile_cmd(model, output, target, devices, runs, warmup, input_shape, top, 
     if Path(model).suffix.lower() == ".hdp":
         module = load(model)
     else:
-        module = lower_cached(model, parse_input_shapes(input_shape), cache)
+        module = lower_cached(model, shape_request(input_shape, seq_len, phase), cache)
     sched = []
     if module.support is None or module.support.devices != tgt.device_names:
         sched.append(make_pass("support", {"target": tgt}))

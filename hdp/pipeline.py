@@ -12,25 +12,28 @@ from hdp.passes.instruments import Instrument
 from hdp.runtime.target import Target
 
 #: Bump when the frontend's output changes for the same model file.
-FRONTEND_VERSION = 1
+FRONTEND_VERSION = 2
 
 
-def lower_cached(xml: str | Path, input_shapes: dict[str, list[int]], cache: PassCache | None,
+def lower_cached(xml: str | Path, request, cache: PassCache | None,
                  instruments: list[Instrument] = ()) -> Module:
-    """Lower a model, reusing a cached Module when the model files and shapes are unchanged."""
-    from hdp.ir.openvino_frontend import file_digest, lower
+    """Lower a model, reusing a cached Module when the model files and the requested
+    specialisation (a :class:`~hdp.ir.openvino_frontend.ShapeRequest`, or a ``{input: shape}``
+    dict) are unchanged."""
+    from hdp.ir.openvino_frontend import as_request, file_digest, lower
 
     xml = Path(xml)
+    request = as_request(request)
     key = None
     if cache is not None and xml.is_file():
         key = serde.digest_bytes(serde.encode_any(
-            ["lower", FRONTEND_VERSION, str(xml.resolve()), file_digest(xml), sorted(input_shapes.items())]))
+            ["lower", FRONTEND_VERSION, str(xml.resolve()), file_digest(xml), request]))
     for ins in instruments:
         ins.before("lower", key or "")
     module = cache.get(key) if key else None
     hit = module is not None
     if module is None:
-        module = lower(xml, input_shapes)
+        module = lower(xml, request)
         if key:
             cache.put(key, module)
     for ins in instruments:

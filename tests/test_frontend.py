@@ -91,10 +91,21 @@ def test_duplicate_names_made_unique(tmp_path):
     assert "act#1" in names and m.graph.renamed["act#1"] == "act"
 
 
-@pytest.mark.parametrize("spec", ["x", "x:", ":1,2", "x:a,b", "x:0,3"])
+@pytest.mark.parametrize("spec", ["x", ":1,2", "x:a,b", "x:-1,3", "x:f32"])
 def test_bad_input_shape_spec(spec):
     with pytest.raises(InputError, match="--input-shape"):
         parse_input_shapes([spec])
+
+
+def test_input_shape_spec_scalars_zero_sizes_and_types():
+    from hdp.ir.openvino_frontend import parse_request
+
+    assert parse_input_shapes(["s:", "x:0,3", "in:0:1,224x224:f32"]) == {"s": [], "x": [0, 3], "in:0": [1, 224, 224]}
+    r = parse_request(["ids:1,16:i64;s::bool"], seq_len=8, phase="decode")
+    assert r.shapes == {"ids": (1, 16), "s": ()} and r.types == {"ids": "i64", "s": "boolean"}
+    assert (r.seq_len, r.phase) == (8, "decode")
+    with pytest.raises(InputError, match="--seq-len 0"):
+        parse_request([], seq_len=0)
 
 
 def test_lowering_is_deterministic(branchy_xml):

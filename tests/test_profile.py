@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from hdp.cli import main
 from hdp.ir.build import graph_from_edges
-from hdp.ir.openvino_frontend import lower
+from hdp.ir.openvino_frontend import layer_names_to_positions, lower
 from hdp.ir.types import Array, Op, Support
 from hdp.passes.base import registry
 from hdp.passes.manager import PassManager
@@ -101,19 +101,22 @@ def _graph(*specs):
     return graph_from_edges(ops, list(range(n - 1)), list(range(1, n)), [16] * (n - 1))
 
 
-def _node(original, t, preds=(), executed=True):
+def _node(original, t, preds=(), executed=True, graph=None):
+    """A runtime node as the worker reports it: ``ops`` are the positions it maps the names to."""
+    index = {op.name: [i] for i, op in enumerate(graph.ops)} if graph is not None else {}
     return {"name": original or "reorder", "original": original, "preds": list(preds),
-            "avg_warm": 0.0, "avg_all": t, "executed": executed}
+            "ops": layer_names_to_positions(original, index), "avg_warm": 0.0, "avg_all": t,
+            "executed": executed}
 
 
 def test_attribution_splits_fused_nodes_by_flops_and_follows_reorders():
     g = _graph(("x", "Parameter", 0, 4), ("conv", "Convolution", 900, 4), ("relu", "Relu", 100, 4),
                ("mul", "Multiply", 10, 4), ("fc", "MatMul", 1000, 4), ("out", "Result", 0, 4))
-    nodes = [_node("x", 0.0, executed=False),
-             _node("", 10e-6, [0]),                   # an input Reorder: goes to its consumer
-             _node("conv,relu", 100e-6, [1]),         # fused: split 900:100
-             _node("mul", 20e-6, [2]),                # a MatMul fused into a node named after mul
-             _node("out", 0.0, [3], executed=False)]
+    nodes = [_node("x", 0.0, executed=False, graph=g),
+             _node("", 10e-6, [0], graph=g),                   # an input Reorder: goes to its consumer
+             _node("conv,relu", 100e-6, [1], graph=g),         # fused: split 900:100
+             _node("mul", 20e-6, [2], graph=g),                # a MatMul fused into a node named after mul
+             _node("out", 0.0, [3], executed=False, graph=g)]
     t, lost = attribute(g, nodes, warmup=0, runs=1)
     half = 0.5e-6  # truncation of each run's microseconds
     assert lost == 0

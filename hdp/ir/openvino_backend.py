@@ -1,6 +1,10 @@
 """Backend: write the placed model, every op annotated with its device.
 
-Each layer (Parameter, Constant and Result included) carries
+The written model is the user's original, read fresh from the module's source file: dynamic
+shapes, names, rt_info and weights as they were (only inputs of dynamic element type or rank take
+the specialisation's, since no device compiles those; see
+:func:`hdp.ir.openvino_frontend.refine_for_devices`). Ops are matched to the module's by position
+and structure (:func:`hdp.ir.openvino_frontend.check_structure`), never by name. Each layer (Parameter, Constant and Result included) carries
 ``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
 ``<hdp>`` records the device list, the method, the target and the module digest. Weights are
 written uncompressed, so outputs equal the source model's. Use
@@ -26,15 +30,20 @@ AFFINITY_KEY = "user_dataaffinity"  # saved as <user_data name="affinity" .../>
 
 
 def annotate(model, ov_ops, module: Module, target=None) -> None:
-    """Set every op's affinity on ``model`` (ops aligned with ``module.graph.ops``)."""
+    """Set every op's affinity on ``model`` (``ov_ops[i]`` is ``module.graph.ops[i]``, as
+    :func:`~hdp.ir.openvino_frontend.reread_source` returns them)."""
     pl = module.placement
     devs = pl.devices
     dev_of = pl.device_of.numpy()
+    if len(ov_ops) != dev_of.shape[0]:
+        raise InputError(f"the placement has {dev_of.shape[0]} ops, the model {len(ov_ops)}")
     for op, d in zip(ov_ops, dev_of):
         op.get_rt_info()[AFFINITY_KEY] = devs[int(d)]
     model.set_rt_info(",".join(devs), ["hdp", "devices"])
     model.set_rt_info(pl.method, ["hdp", "method"])
     model.set_rt_info(serde.digest(module), ["hdp", "module_digest"])
+    if module.meta.get("specialisation"):  # the shapes it was placed for; hdp evaluate measures at them
+        model.set_rt_info(module.meta["specialisation"], ["hdp", "specialisation"])
     if target is not None:
         model.set_rt_info(json.dumps(msgspec.to_builtins(target), sort_keys=True), ["hdp", "target"])
 

@@ -1,7 +1,8 @@
 """``support``: which device of the target can run which op.
 
-Real devices answer OpenVINO's ``query_model`` on the source model; modeled devices support the op
-types their target entry lists (all types when the list is empty). Parameters, Constants and Results
+Real devices answer OpenVINO's ``query_model`` on the source model's specialisation (the names
+in the answer mapped to op positions at once, see :func:`hdp.ir.openvino_frontend.supported_mask`);
+modeled devices support the op types their target entry lists (all types when the list is empty). Parameters, Constants and Results
 are supported everywhere (HETERO places them with their neighbours).
 """
 
@@ -30,15 +31,15 @@ class SupportPass(Pass, tag="support"):
         mask = np.zeros((n, len(devs)), bool)
         real = [j for j, d in enumerate(devs) if d.kind == "real"]
         if real and n:
-            from hdp.ir.openvino_frontend import reread_source
+            from hdp.ir.openvino_frontend import read_specialised, supported_mask
             from hdp.runtime.devices import make_core
 
-            model, ov_ops = reread_source(module)
+            # ask about the model as it is costed (the specialisation); the answer names ops of
+            # that model object, mapped to positions right here
+            model, ov_ops = read_specialised(module)
             core = make_core(self.target, [devs[j].name for j in real])
-            orig = [op.get_friendly_name() for op in ov_ops]
             for j in real:
-                supported = core.query_model(model, devs[j].name)
-                mask[:, j] = [nm in supported for nm in orig]
+                mask[:, j] = supported_mask(ov_ops, core.query_model(model, devs[j].name))
         types = np.array([op.type for op in g.ops], dtype=object)
         for j, d in enumerate(devs):
             if d.kind == "modeled":

@@ -281,32 +281,36 @@ def _file_digest(xml: Path) -> str:
 
 class _Source(msgspec.Struct, frozen=True):
     xml: str
-    shapes: str
-    names: list[str] | None
+    spec: str  # JSON Specialisation; "" for the one a placed model records, else the defaults
+    structure: str | None  # digest of the caller's op structure (ops are identified by position)
+    n_ops: int | None
     digest: str
 
 
 def _source_of(source, tmpdir_factory) -> _Source:
     if isinstance(source, Module):
-        from hdp.ir.openvino_frontend import checked_source
+        from hdp.ir.openvino_frontend import checked_source, graph_structure
 
         xml, digest = checked_source(source)
-        shapes = source.meta.get("input_shapes", "")
-        return _Source(str(xml), shapes, [op.name for op in source.graph.ops], f"{digest}:{shapes}")
+        spec = source.meta.get("specialisation", "")
+        if not spec:
+            raise InputError("this module records no specialisation (lowered by an older hdp); lower it again")
+        return _Source(str(xml), spec, graph_structure(source.graph).digest(), source.graph.n_ops,
+                       f"{digest}:{spec}")
     if isinstance(source, (str, os.PathLike)):
         xml = Path(source)
         if not xml.is_file():
             raise InputError(f"{xml}: no such file")
-        return _Source(str(xml.resolve()), "", None, _file_digest(xml))
+        return _Source(str(xml.resolve()), "", None, None, _file_digest(xml))
     if hasattr(source, "get_ordered_ops"):  # an ov.Model: saved for the worker to read
         import openvino as ov
 
-        from hdp.ir.openvino_frontend import unique_names
+        from hdp.ir.openvino_frontend import op_structure
 
         xml = Path(tmpdir_factory()) / "model.xml"
         ov.save_model(source, str(xml), compress_to_fp16=False)
-        names, _ = unique_names(source.get_ordered_ops())
-        return _Source(str(xml), "", names, _file_digest(xml))
+        ops = source.get_ordered_ops()
+        return _Source(str(xml), "", op_structure(ops).digest(), len(ops), _file_digest(xml))
     raise TypeError(f"cannot measure a {type(source).__name__}: give a Module, an .xml path or an ov.Model")
 
 
@@ -357,8 +361,8 @@ class Measurer:
         if self._loaded is not None and self._worker.alive:
             return self._loaded
         self._loaded = None
-        load = {"op": "load", "xml": self.source.xml, "shapes": self.source.shapes,
-                "names": self.source.names, "target": msgspec.to_builtins(self.target)}
+        load = {"op": "load", "xml": self.source.xml, "spec": self.source.spec,
+                "structure": self.source.structure, "target": msgspec.to_builtins(self.target)}
         reply = self._worker.call(load, max(self.timeout, LOAD_TIMEOUT))
         if not reply["ok"]:
             self._worker.close()
@@ -425,8 +429,8 @@ class Measurer:
                 bad = int(dev[(dev < 0) | (dev >= len(devices))][0])
                 raise InputError(f"placement uses device index {bad}; there are {len(devices)} devices "
                                  f"({', '.join(devices)})")
-        if self.source.names is not None and dev.shape[0] != len(self.source.names):
-            raise InputError(f"placement has {dev.shape[0]} ops, the model has {len(self.source.names)}")
+        if self.source.n_ops is not None and dev.shape[0] != self.source.n_ops:
+            raise InputError(f"placement has {dev.shape[0]} ops, the model has {self.source.n_ops}")
         for k in np.unique(dev):
             d = self.target.device(devices[int(k)])  # unknown device -> InputError
             if d.kind != "real":

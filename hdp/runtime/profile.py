@@ -12,7 +12,9 @@ another process shows up in it (the whole-model total is the median wall time). 
 ops:
 
 - a node's ``originalLayersNames`` lists the source ops it implements (a convolution with its
-  fused bias add and activation lists all three); its time is split across those ops in proportion
+  fused bias add and activation lists all three); the worker, which holds the model it compiled,
+  maps those names to op positions (``ops``), so no name crosses processes and auto-generated
+  names never have to agree between two reads of the model; its time is split across those ops in proportion
   to ``max(flops, output elements)``, so fused element-wise ops get a small share and the main op
   the rest;
 - some fusions drop the main op's name (Convolution -> Multiply by a constant becomes one
@@ -121,38 +123,19 @@ def node_seconds(node: dict, warmup: int, runs: int) -> float:
     return max(t, 0.0) + (COUNTER_FLOOR if node.get("executed") else 0.0)
 
 
-def _split_names(s: str, known) -> list[str]:
-    """``originalLayersNames`` split on commas, rejoining pieces of names that contain a comma."""
-    parts = s.split(",") if s else []
-    out, i = [], 0
-    while i < len(parts):
-        for j in range(len(parts), i, -1):
-            cand = ",".join(parts[i:j])
-            if cand in known:
-                out.append(cand)
-                i = j
-                break
-        else:
-            i += 1
-    return out
-
-
 def attribute(graph: Graph, nodes: list[dict], warmup: int, runs: int) -> tuple[np.ndarray, float]:
     """Per-op seconds from the runtime graph ``nodes`` of one profiled compile (see
-    :mod:`hdp.runtime.worker`) after ``warmup`` + ``runs`` inferences; returns (times, seconds
-    attributed to no op)."""
+    :mod:`hdp.runtime.worker`; a node's ``ops`` are the positions of the ops it implements) after
+    ``warmup`` + ``runs`` inferences; returns (times, seconds attributed to no op)."""
     n = graph.n_ops
     free = zero_cost_ops(graph)
-    by_name: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        by_name.setdefault(graph.renamed.get(op.name, op.name), []).append(i)
     weight = np.array([max(op.flops, sum(math.prod(s) for s in op.out_shapes)) for op in graph.ops], np.float64)
     weight = np.maximum(weight, 1.0)
 
     k = len(nodes)
     ids: list[list[int]] = []
     for nd in nodes:
-        own = [i for nm in _split_names(nd["original"], by_name) for i in by_name[nm] if not free[i]]
+        own = [int(i) for i in nd["ops"] if 0 <= i < n and not free[i]]
         ids.append(sorted(set(own)))
     _absorb_unnamed(graph, free, ids)
     succ: list[list[int]] = [[] for _ in range(k)]

@@ -9,13 +9,19 @@ cannot corrupt the protocol.
 Requests (``op`` field) and replies (always ``ok``; on failure ``error`` and ``input``, the latter
 true for a user mistake such as a device absent from this host):
 
-- ``load``: ``xml``, ``shapes`` (``x:1,3,224,224;...`` or empty), ``names`` (the caller's op order,
-  or nil for the file's order), ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none).
-- ``measure``: ``devices``, ``device_of`` (int16 bytes, caller's op order), ``runs``, ``warmup``
+- ``load``: ``xml``, ``spec`` (the JSON :class:`~hdp.ir.openvino_frontend.Specialisation` to run
+  at; empty: the one a placed model records, else the frontend's defaults), ``structure`` (the
+  digest of the caller's :func:`~hdp.ir.openvino_frontend.graph_structure`, or nil not to check),
+  ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none), ``spec``. The worker
+  compiles the runnable specialisation of the file's model (static inputs; a stateful model's
+  states set to the specialisation's before every inference). Ops are identified by their position
+  in ``get_ordered_ops()``, which the structure check makes the caller's.
+- ``measure``: ``devices``, ``device_of`` (int16 bytes, one per op position), ``runs``, ``warmup``
   -> ``times`` (seconds per run), ``compile_seconds``. Compiles with HETERO over the devices used.
 - ``plain``: ``device``, ``runs``, ``warmup``, ``perf`` -> ``times``, ``compile_seconds`` and, with
   ``perf``, ``nodes``: the compiled (runtime) graph, one entry per node with ``name``, ``type``,
-  ``exec_type``, ``original`` (its ``originalLayersNames``), ``preds`` (node indices), ``avg_warm``
+  ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those
+  ops, mapped here where the names are those of the model compiled), ``preds`` (node indices), ``avg_warm``
   and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every inference since compile,
   read after the warm-up and after the timed runs) and ``executed`` (false for fused/in-place nodes).
 
@@ -68,7 +74,8 @@ def ov_message(e: BaseException) -> str:
 
 
 def random_inputs(model, seed: int = 0) -> list:
-    """Fixed random data of each input's element type and (static) shape."""
+    """Fixed random data of each input's element type and (static) shape (an ``attention_mask``
+    of ones and a ``beam_idx`` that keeps every beam, as a generation loop feeds them)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -77,7 +84,12 @@ def random_inputs(model, seed: int = 0) -> list:
         shape = [int(d) for d in inp.get_shape()]
         et = inp.get_element_type()
         dtype = et.to_dtype()
-        if et.is_real():
+        names = inp.get_names()
+        if "beam_idx" in names and len(shape) == 1:
+            a = np.arange(shape[0]).astype(dtype)
+        elif "attention_mask" in names:
+            a = np.ones(shape, dtype)
+        elif et.is_real():
             a = rng.standard_normal(shape).astype(dtype)
         elif dtype == np.bool_:
             a = rng.integers(0, 2, shape).astype(np.bool_)
@@ -103,9 +115,10 @@ class Worker:
     """Holds one model and answers requests about it."""
 
     def __init__(self):
-        self.model = None
-        self.ops = []
-        self.order = None  # caller's op i -> index in self.ops
+        self.model = None  # the runnable specialisation that is compiled
+        self.ops = []  # its ops; an op's id is its position here
+        self.index: dict[str, list[int]] = {}  # friendly name -> positions, for plugin answers
+        self.states: dict = {}  # variable id -> the state each inference starts from
         self.target = None
         self.cores: dict[tuple[str, ...], object] = {}
         self.inputs = []
@@ -133,31 +146,30 @@ class Worker:
 
     def load(self, req: dict) -> dict:
         from hdp.errors import InputError
-        from hdp.ir.openvino_frontend import parse_input_shapes, read_model, unique_names
+        from hdp.ir import openvino_frontend as fe
         from hdp.runtime.target import Target
 
         self.target = msgspec.convert(req["target"], Target)
-        shapes = parse_input_shapes([req["shapes"]]) if req.get("shapes") else {}
-        self.model = read_model(req["xml"], shapes)
+        xml = req["xml"]
+        original = fe.read_model(xml)
+        text = req.get("spec") or _recorded_spec(original)
+        spec = fe.Specialisation.from_json(text, xml) if text else fe.plan_specialisation(original, xml)
+        self.model = fe.specialise(original, spec, xml, runnable=True)
         self.ops = list(self.model.get_ordered_ops())
-        names, _ = unique_names(self.ops)
-        want = req.get("names")
-        if want is None:
-            self.order = list(range(len(names)))
-        else:
-            pos = {n: i for i, n in enumerate(names)}
-            missing = [n for n in want if n not in pos]
-            if missing or len(want) != len(names):
-                what = f"op '{missing[0]}' is not in it" if missing else f"{len(names)} ops, expected {len(want)}"
-                raise InputError(f"{req['xml']}: the model does not match the module ({what}); lower it again")
-            self.order = [pos[n] for n in want]
+        want = req.get("structure")
+        if want is not None and fe.op_structure(self.ops).digest() != want:
+            raise InputError(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
+                             f"module's); lower it again")
+        self.index = fe.name_positions(self.ops)
+        self.states = fe.state_tensors(spec)
         self.inputs = random_inputs(self.model)
         aff = []
-        for i in self.order:
-            rt = self.ops[i].get_rt_info()
+        for op in original.get_ordered_ops():
+            rt = op.get_rt_info()
             key = "user_dataaffinity" if "user_dataaffinity" in rt else "affinity"
             aff.append(rt[key].astype(str) if key in rt else "")
-        return {"ok": True, "n_ops": len(names), "names": [names[i] for i in self.order], "affinity": aff}
+        names, _ = fe.unique_names(self.ops)
+        return {"ok": True, "n_ops": len(self.ops), "names": names, "affinity": aff, "spec": spec.to_json()}
 
     def core(self, devices: tuple[str, ...]):
         from hdp.runtime.devices import make_core
@@ -174,11 +186,19 @@ class Worker:
         req = compiled.create_infer_request()
         for i, a in enumerate(self.inputs):
             req.set_input_tensor(i, ov.Tensor(a))
+        states = [(st, ov.Tensor(self.states[st.name])) for st in req.query_state() if st.name in self.states]
+
+        def start() -> None:  # a stateful model starts every inference from the specialised state
+            for st, t in states:
+                st.state = t
+
         for _ in range(warmup):
+            start()
             req.infer()
         before = _counters(req) if perf else {}
         times = []
         for _ in range(runs):
+            start()
             t0 = time.perf_counter()
             req.infer()
             times.append(time.perf_counter() - t0)
@@ -192,11 +212,11 @@ class Worker:
 
         devices = list(req["devices"])
         dev_of = np.frombuffer(req["device_of"], np.int16)
-        if dev_of.shape[0] != len(self.order):
-            raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.order)}")
+        if dev_of.shape[0] != len(self.ops):
+            raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.ops)}")
         used = [d for k, d in enumerate(devices) if (dev_of == k).any()]
-        for k, i in enumerate(self.order):
-            self.ops[i].get_rt_info()["affinity"] = devices[int(dev_of[k])]
+        for op, k in zip(self.ops, dev_of):
+            op.get_rt_info()["affinity"] = devices[int(k)]
         core = self.core(tuple(used))
         t0 = time.perf_counter()
         compiled = core.compile_model(self.model, hetero_name(used), {})
@@ -213,26 +233,39 @@ class Worker:
         times, prof = self._time(compiled, int(req["runs"]), int(req["warmup"]), perf)
         reply = {"ok": True, "times": times, "compile_seconds": compile_s}
         if perf:
-            reply["nodes"] = _runtime_nodes(compiled, *prof)
+            reply["nodes"] = _runtime_nodes(compiled, self.index, *prof)
         return reply
+
+
+def _recorded_spec(model) -> str:
+    """The specialisation a placed model was placed for (model rt_info ``hdp/specialisation``)."""
+    try:
+        return model.get_rt_info(["hdp", "specialisation"]).astype(str)
+    except RuntimeError:
+        return ""
 
 
 def _counters(req) -> dict[str, tuple[float, bool]]:
     return {p.node_name: (p.real_time.total_seconds(), p.status == p.Status.EXECUTED) for p in req.profiling_info}
 
 
-def _runtime_nodes(compiled, before: dict, after: dict) -> list[dict]:
+def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, after: dict) -> list[dict]:
+    """The runtime graph's nodes; ``positions`` maps the compiled model's friendly names to op positions."""
+    from hdp.ir.openvino_frontend import layer_names_to_positions
+
     rops = list(compiled.get_runtime_model().get_ordered_ops())
     index = {op: k for k, op in enumerate(rops)}  # ov Nodes hash and compare by identity
     nodes = []
     for op in rops:
         rt = op.get_rt_info()
         name = op.get_friendly_name()
+        original = rt["originalLayersNames"].astype(str) if "originalLayersNames" in rt else name
         nodes.append({
             "name": name,
             "type": rt["layerType"].astype(str) if "layerType" in rt else op.get_type_name(),
             "exec_type": rt["primitiveType"].astype(str) if "primitiveType" in rt else "",
-            "original": rt["originalLayersNames"].astype(str) if "originalLayersNames" in rt else name,
+            "original": original,
+            "ops": layer_names_to_positions(original, positions),
             "preds": [index[i.get_source_output().get_node()] for i in op.inputs()],
             "avg_warm": before.get(name, (0.0, False))[0],
             "avg_all": after.get(name, (0.0, False))[0],
