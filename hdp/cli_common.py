@@ -1,4 +1,4 @@
-"""Helpers shared by the ``hdp`` command modules: user-error handling, --target, the pass cache."""
+"""Helpers shared by the ``hdp`` command modules: user-error handling, --target, the caches."""
 
 from __future__ import annotations
 
@@ -46,3 +46,17 @@ def pass_cache(cache_dir: str | None, no_cache: bool):
     if no_cache:
         return None
     return PassCache(cache_dir or default_cache_dir())
+
+
+def cache_scoped(fn):
+    """Make every measurement cache of the command follow its ``--cache-dir`` / ``--no-cache``
+    (``<cache-dir>/measure``, or nothing), including measurers created inside passes."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        from hdp.runtime.measure import cache_scope
+
+        with cache_scope(kw.get("cache_dir"), enabled=not kw.get("no_cache")):
+            return fn(*a, **kw)
+
+    return wrapper
