@@ -711,15 +711,25 @@ class Measurer:
         times = np.zeros((0, len(ok)))
         seconds, reason = 0.0, "nothing ran"
 
+        per_round = [0.0]  # seconds, from the last request: sizes requests to a quarter of the timeout
+
         def run_rounds(orders):
-            try:
-                reply = self._worker.call({"op": "rounds", "handles": [handles[i] for i in ok],
-                                           "orders": orders}, self.timeout)
-            except _WorkerFailure as e:
-                raise _RoundsFailed(str(e)) from None
-            if not reply["ok"]:
-                raise _RoundsFailed(reply["error"])
-            return np.asarray(reply["times"], np.float64)
+            out, i = [], 0
+            while i < len(orders):
+                size = max(1, int(self.timeout / 4 / per_round[0])) if per_round[0] > 0 else 1
+                chunk = orders[i:i + size]
+                t0 = time.monotonic()
+                try:
+                    reply = self._worker.call({"op": "rounds", "handles": [handles[j] for j in ok],
+                                               "orders": chunk}, self.timeout)
+                except _WorkerFailure as e:
+                    raise _RoundsFailed(str(e)) from None
+                if not reply["ok"]:
+                    raise _RoundsFailed(reply["error"])
+                per_round[0] = (time.monotonic() - t0) / len(chunk)
+                out.extend(reply["times"])
+                i += len(chunk)
+            return np.asarray(out, np.float64)
 
         if ok:
             t0 = time.monotonic()
@@ -870,6 +880,7 @@ def plain_report(head: HeadToHead, placement: int | str = 0) -> PlainComparison:
         return PlainComparison(f"the placement could not be measured: {pm.error}", {}, head)
     plains = [i for i in range(len(head.names)) if i != p and head.graphs[i][0] == "one"
               and head.names[i].startswith("plain ")]
+    index = {head.graphs[i][1]: i for i in plains}  # device -> its plain compile
     comps: dict[str, stats.Comparison] = {}
     for i in plains:
         dev = head.graphs[i][1]
@@ -895,8 +906,7 @@ def plain_report(head: HeadToHead, placement: int | str = 0) -> PlainComparison:
         lines.append(f"verdict: the placement is the plain {one} compile through HETERO ({what})")
         others = [d for d in comps if d != one]
         if own is not None and others:
-            i_one = head.names.index(f"plain {one}")
-            vs = {d: head.compare(i_one, head.names.index(f"plain {d}")) for d in others}
+            vs = {d: head.compare(index[one], index[d]) for d in others}
             faster = [d for d in others if vs[d].verdict == "faster"]
             if faster:
                 d = min(faster, key=lambda x: vs[x].ratio)
