@@ -7,15 +7,15 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import pass_cache, shape_options, shape_request, target_from, user_errors, with_options
+from hdp.cli_common import cache_scoped, pass_cache, shape_options, shape_request, target_from, user_errors, with_options
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
 
 
 cache_options = [
     click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-                 help="Pass cache directory (default: ~/.cache/hdp)."),
-    click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache."),
+                 help="Cache directory for passes and measurements (default: ~/.cache/hdp)."),
+    click.option("--no-cache", is_flag=True, help="Do not read or write the pass or measurement caches."),
 ]
 
 
@@ -51,6 +51,7 @@ def main():
 @click.option("--quiet", "-q", is_flag=True)
 @with_options(cache_options)
 @user_errors
+@cache_scoped
 def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
                 policy, refine, timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
@@ -100,9 +101,9 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
         if compare and tgt.is_real:
             from hdp.runtime.measure import compare_with_plain
 
-            # measured fresh, back to back: a cached figure from another moment (another load on
-            # the machine) would make the comparison meaningless
-            click.echo(compare_with_plain(module, tgt, cache=False))
+            # measured fresh and interleaved, run by run (never cached): a figure from another
+            # moment (another load on the machine) would make the comparison meaningless
+            click.echo(compare_with_plain(module, tgt).text)
 
 
 @main.command("lower")
@@ -140,6 +141,7 @@ def _parse_sets(sets) -> dict:
 @click.option("--timings", type=click.Path(dir_okay=False), default=None)
 @with_options(cache_options)
 @user_errors
+@cache_scoped
 def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_cache):
     """Run one pass NAME on a Module file INPUT and write the result to OUTPUT."""
     from hdp.ir.serde import load, save

@@ -1,4 +1,4 @@
-"""Helpers shared by the ``hdp`` command modules: user-error handling, --target, the pass cache."""
+"""Helpers shared by the ``hdp`` command modules: user-error handling, --target, the caches."""
 
 from __future__ import annotations
 
@@ -77,3 +77,17 @@ def shape_request(input_shape, seq_len, phase):
     from hdp.ir.openvino_frontend import parse_request
 
     return parse_request(input_shape, seq_len, phase)
+
+
+def cache_scoped(fn):
+    """Make every measurement cache of the command follow its ``--cache-dir`` / ``--no-cache``
+    (``<cache-dir>/measure``, or nothing), including measurers created inside passes."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        from hdp.runtime.measure import cache_scope
+
+        with cache_scope(kw.get("cache_dir"), enabled=not kw.get("no_cache")):
+            return fn(*a, **kw)
+
+    return wrapper

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import pass_cache, shape_options, shape_request, target_from, user_errors, with_options
+from hdp.cli_common import cache_scoped, pass_cache, shape_options, shape_request, target_from, user_errors, with_options
 
 
 def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
@@ -90,47 +90,65 @@ def targets_cmd(as_json):
 @click.argument("placed", type=click.Path(dir_okay=False))
 @click.option("--target", default=None, help="Target (default: the one recorded in the placed model).")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
-@click.option("--runs", default=20, show_default=True, type=click.IntRange(1))
+@click.option("--runs", default=20, show_default=True, type=click.IntRange(1),
+              help="Timed runs; with --plain, the least number of interleaved rounds (at least 6).")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(0))
 @click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds for one compile + warm-up + runs before the worker is killed.")
 @click.option("--plain", default=None, metavar="DEVICE",
-              help="Also time the model compiled directly on DEVICE (no HETERO).")
+              help="Also run the model compiled directly on DEVICE (no HETERO), interleaved with the "
+                   "placement run by run, and say which is faster with a 95% confidence interval.")
+@click.option("--resolution", default=3.0, show_default=True, type=click.FloatRange(0, 100, min_open=True,
+              max_open=True), help="With --plain: run rounds until a difference of this many percent "
+                                   "can be told apart (or --max-seconds).")
+@click.option("--max-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="With --plain: at most this long running interleaved rounds (compiles excluded).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in seconds).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Measurement cache directory (default: ~/.cache/hdp/measure).")
-@click.option("--no-cache", is_flag=True, help="Measure again even if a result is cached.")
+              help="Cache directory; measurements go to <cache-dir>/measure (default: ~/.cache/hdp).")
+@click.option("--no-cache", is_flag=True, help="Measure again and cache nothing.")
 @user_errors
-def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, as_json, cache_dir, no_cache):
+@cache_scoped
+def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resolution, max_seconds, as_json,
+                 cache_dir, no_cache):
     """Measure a placed model (from `hdp compile`) with HETERO on the target's real devices.
 
-    A plain (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
+    With --plain DEVICE the placement and the plain compile run interleaved (A B B A ...) in the
+    same process until the difference is resolved; comparisons are never cached. A plain
+    (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
     """
     from hdp.errors import InputError
     from hdp.runtime.measure import MeasureError, Measurer, evaluate_placed
+    from hdp.runtime.stats import SequentialPlan
 
     tgt = _load_target(target, devices, default=None)
-    cache = False if no_cache else (cache_dir or True)
-    kw = dict(runs=runs, warmup=warmup, timeout=timeout, cache=cache)
+    kw = dict(runs=runs, warmup=warmup, timeout=timeout, cache=True)
+    plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
+                          max_seconds=max_seconds)
     try:
-        res = evaluate_placed(placed, tgt, plain=plain, **kw)
+        res = evaluate_placed(placed, tgt, plain=plain, plan=plan, **kw)
     except InputError as e:
         if not plain or "not a placed model" not in str(e):
             raise
         with Measurer(placed, tgt or _load_target(None, None), **kw) as m:
             res = {"plain": m.plain(plain)}
+    comparison = res.pop("comparison", None)
     if as_json:
         out = {k: v.to_dict() for k, v in res.items()}
-        if "placed" in res and "plain" in res and res["placed"].ok and res["plain"].ok:
-            out["speedup_vs_plain"] = res["plain"].median / res["placed"].median
+        if comparison is not None:
+            out["comparison"] = comparison.to_dict()
+            out["speedup_vs_plain"] = 1.0 / comparison.ratio  # plain time / placed time (estimate)
         click.echo(json.dumps(out, indent=2))
     else:
         for k, m in res.items():
             click.echo(f"{m.what} on {m.target}: {m.summary()}"
                        + (f"; compile {m.compile_seconds:.2f} s" if m.ok and not m.cached else ""))
-        if "placed" in res and "plain" in res and res["placed"].ok and res["plain"].ok:
-            r = res["plain"].median / res["placed"].median
-            click.echo(f"speed-up over {res['plain'].what}: {r:.3f}x")
+        if comparison is not None:
+            note = ""
+            if comparison.same_graph:
+                note = f" (all ops on {plain}: same graph as the plain {plain} compile)"
+            click.echo(f"placement vs plain {plain}: {comparison.describe()}, "
+                       f"interleaved over {comparison.rounds} rounds{note}")
     failed = [m for m in res.values() if not m.ok]
     if failed:
         raise MeasureError(failed[0].error)
@@ -180,6 +198,7 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
               help="Pass cache directory (default: ~/.cache/hdp).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache (profile again).")
 @user_errors
+@cache_scoped
 def profile_cmd(model, output, target, devices, runs, warmup, input_shape, seq_len, phase, top, cache_dir,
                 no_cache):
     """Time every op of MODEL (.xml or a lowered .hdp) on every device of a target; write JSON."""

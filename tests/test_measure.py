@@ -12,11 +12,15 @@ from hdp.errors import InputError
 from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime.measure import (FAULT_ENV, MeasureCache, MeasureError, Measurement, Measurer,
-                                 compare_with_plain, measure_plain)
+from hdp.runtime.measure import (FAULT_ENV, Candidate, MeasureCache, MeasureError, Measurement, Measurer,
+                                 cache_scope, compare_with_plain, measure_cache_dir, measure_plain, placed,
+                                 plain)
+from hdp.runtime.stats import SequentialPlan
 from hdp.runtime.target import Device, Target, load_target
 
 RUNS = 3
+#: short interleaved comparisons for tests (no timing is asserted)
+QUICK = SequentialPlan(min_rounds=6, max_rounds=40, max_seconds=5.0)
 
 
 def _tiny_model():
@@ -174,14 +178,27 @@ def _placed(tiny, virtual, path):
 def test_evaluate_command(tiny, virtual, tmp_path):
     xml, _ = _placed(tiny, virtual, tmp_path / "placed.xml")
     run = CliRunner().invoke
-    r = run(main, ["evaluate", str(xml), "--runs", "3", "--warmup", "0", "--plain", "CPU", "--json",
-                   "--cache-dir", str(tmp_path / "c")])
+    r = run(main, ["evaluate", str(xml), "--runs", "6", "--warmup", "0", "--plain", "CPU", "--json",
+                   "--max-seconds", "3", "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["placed"]["ok"] and out["placed"]["what"] == "HETERO:CPU,CPU_B" and len(out["placed"]["times"]) == 3
-    assert out["plain"]["what"] == "plain:CPU" and out["speedup_vs_plain"] > 0
+    placed_ = out["placed"]
+    assert placed_["ok"] and placed_["what"] == "HETERO:CPU,CPU_B" and len(placed_["times"]) >= 6
+    assert out["plain"]["what"] == "plain:CPU" and len(out["plain"]["times"]) == len(placed_["times"])
+    c = out["comparison"]
+    assert c["verdict"] in ("faster", "slower", "equal") and c["a"] == "plain CPU" and c["b"] == "placement"
+    assert c["rounds"] == len(placed_["times"]) and not c["same_graph"]
+    assert out["speedup_vs_plain"] == pytest.approx(1 / c["ratio"])
+    assert not (tmp_path / "c").exists()  # interleaved comparisons are never cached
     r = run(main, ["evaluate", str(xml), "--runs", "3", "--warmup", "0", "--cache-dir", str(tmp_path / "c")])
-    assert r.exit_code == 0 and "HETERO:CPU,CPU_B on virtual: median" in r.output and "[cached]" in r.output
+    assert r.exit_code == 0 and "HETERO:CPU,CPU_B on virtual: median" in r.output
+    assert len(list((tmp_path / "c" / "measure").rglob("*.json"))) == 1
+    r = run(main, ["evaluate", str(xml), "--runs", "3", "--warmup", "0", "--cache-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0 and "[cached]" in r.output
+    r = run(main, ["evaluate", str(xml), "--runs", "6", "--warmup", "0", "--plain", "CPU_B",
+                   "--max-seconds", "2", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert "placement vs plain CPU_B: " in r.output and "interleaved over" in r.output
     r = run(main, ["evaluate", str(xml), "--devices", "CPU"])
     assert r.exit_code == 2 and "placed on 'CPU_B', which target 'CPU' does not have" in r.output
     r = run(main, ["evaluate", str(xml), "--target", "i9-flex170"])
@@ -193,10 +210,157 @@ def test_evaluate_command(tiny, virtual, tmp_path):
     assert r.exit_code == 0 and "plain:CPU_B on virtual: median" in r.output
 
 
-def test_compare_with_plain(tiny, virtual, tmp_path):
-    _, placed = _placed(tiny, virtual, tmp_path / "placed.xml")
-    msg = compare_with_plain(placed, virtual, runs=RUNS, warmup=0, cache=False)
-    assert "placement" in msg and "plain" in msg and ("beats" in msg or "does not beat" in msg)
-    assert "not measured" in compare_with_plain(placed.replace(placement=Placement(
+def test_evaluate_single_device_placement_says_same_graph(tiny, virtual, tmp_path):
+    pl = Placement(method="t", devices=virtual.device_names,
+                   device_of=Array.of(np.ones(tiny.graph.n_ops, np.int16), np.int16))
+    xml = write_placed(tiny.replace(placement=pl), tmp_path / "all_b.xml", virtual)
+    r = CliRunner().invoke(main, ["evaluate", str(xml), "--runs", "6", "--warmup", "1", "--plain", "CPU_B",
+                                  "--max-seconds", "3", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert "(all ops on CPU_B: same graph as the plain CPU_B compile)" in r.output
+    assert "placement vs plain CPU_B: faster" not in r.output
+
+
+# --------------------------------------------------------------------------- head to head
+
+
+def test_head_to_head_interleaves_in_one_worker(tiny, virtual):
+    n = tiny.graph.n_ops
+    with Measurer(tiny, virtual, warmup=1, cache=False) as m:
+        m.loaded()
+        pid = m._worker.proc.pid
+        h = m.head_to_head([plain("CPU"), plain("CPU_B"), placed(_split(tiny), name="split"),
+                            placed(["CPU"] * n, name="all on CPU")], QUICK)
+        assert m._worker.proc.pid == pid and not m._worker.alive is False
+        assert m._worker.call({"op": "rounds", "handles": [0], "orders": [[0]]}, 10)["ok"] is False  # released
+    assert h.names == ("plain CPU", "plain CPU_B", "split", "all on CPU") and h.ok == [0, 1, 2, 3]
+    assert 6 <= h.rounds <= 40 and h.reason and h.seconds > 0
+    assert [x.what for x in h.measurements] == ["plain:CPU", "plain:CPU_B", "HETERO:CPU,CPU_B", "HETERO:CPU"]
+    assert all(len(x.times) == h.rounds and x.compile_seconds > 0 and x.warmup == 1 for x in h.measurements)
+    assert h.same_graph("plain CPU", "all on CPU") and not h.same_graph("plain CPU", "plain CPU_B")
+    assert not h.same_graph("split", "plain CPU")
+    c = h.compare("plain CPU", "all on CPU")
+    assert c.same_graph and c.verdict != "faster" and c.rounds == h.rounds
+    sel = h.select(preference=["plain CPU_B", "plain CPU"])
+    assert sel.winner in sel.tied and sel.fastest in sel.tied and len(sel.comparisons) == 3
+    assert h.header().startswith(f"measured interleaved, {h.rounds} rounds in ")
+
+
+def test_compare_and_best_of(tiny, virtual, tmp_path):
+    n = tiny.graph.n_ops
+    cands = [plain("CPU"), plain("CPU_B"), placed(_split(tiny), name="split"),
+             placed(["CPU_B"] * n, name="all on CPU_B")]
+    with Measurer(tiny, virtual, runs=RUNS, warmup=1, cache=tmp_path) as m:
+        c = m.compare(plain("CPU"), plain("CPU_B"), QUICK)
+        assert c.a == "plain CPU" and c.b == "plain CPU_B" and c.rounds >= 6
+        best = m.best_of(cands, preference=[1, 0], top=1, plan=QUICK)  # screens, then 2 finalists
+        given = m.best_of(cands, preference=[1], top=1, plan=QUICK, estimates=[3.0, 9.0, 1.0, 9.0])
+    assert len(best.estimates) == 4 and all(np.isfinite(best.estimates))
+    assert 1 in best.finalists and len(best.finalists) <= 2 and best.winner in best.finalists
+    assert given.finalists == (2, 1) and given.winner in (1, 2)
+    assert given.selection.reason and "chosen:" in given.text()
+    assert len(list(tmp_path.rglob("*.json"))) == 4  # the screening measurements are cached
+
+
+def test_head_to_head_failures_and_mistakes(tiny, virtual, monkeypatch):
+    with Measurer(tiny, virtual, warmup=0, cache=False) as m:
+        with pytest.raises(InputError, match="not both or neither"):
+            m.head_to_head([Candidate(name="x")])
+        with pytest.raises(InputError, match="names must differ"):
+            m.head_to_head([plain("CPU"), plain("CPU")])
+        with pytest.raises(InputError, match="has no device 'GPU'"):
+            m.head_to_head([plain("GPU")])
+        monkeypatch.setenv(FAULT_ENV, "raise")
+        m.close()
+        h = m.head_to_head([plain("CPU"), placed(_split(tiny))], QUICK)
+        assert h.ok == [] and all("injected fault" in x.error for x in h.measurements)
+        with pytest.raises(MeasureError, match="injected fault"):
+            h.compare(0, 1)
+        with pytest.raises(MeasureError, match="injected fault"):
+            h.select()
+        monkeypatch.setenv(FAULT_ENV, "crash")
+        m.close()
+        h = m.head_to_head([plain("CPU"), plain("CPU_B")], QUICK)
+        assert h.ok == [] and all("SIGSEGV" in x.error for x in h.measurements)
+        monkeypatch.delenv(FAULT_ENV)
+        m.close()
+        h = m.head_to_head([plain("CPU"), plain("CPU_B")], QUICK)  # a fresh worker takes over
+        assert h.ok == [0, 1]
+
+
+# --------------------------------------------------------------------------- compare_with_plain
+
+
+def test_single_device_placement_is_never_faster_than_its_plain_compile(tiny, virtual):
+    n = tiny.graph.n_ops
+    for dev, idx in (("CPU_B", 1), ("CPU", 0)):
+        pl = Placement(method="t", devices=virtual.device_names, device_of=Array.of(np.full(n, idx), np.int16))
+        res = compare_with_plain(tiny.replace(placement=pl), virtual, plan=QUICK, warmup=1)
+        same = res.comparisons[dev]
+        assert same.same_graph and same.verdict != "faster", res.text
+        assert not res.comparisons[{"CPU": "CPU_B", "CPU_B": "CPU"}[dev]].same_graph
+        assert f"all ops on {dev}: same graph as the plain {dev} compile" in res.text
+        assert f"the placement is the plain {dev} compile through HETERO" in res.text
+        assert "beats every plain compile" not in res.text and f"vs plain {dev}: faster" not in res.text
+
+
+def test_compare_with_plain_mixed_placement(tiny, virtual, tmp_path):
+    _, split = _placed(tiny, virtual, tmp_path / "placed.xml")
+    res = compare_with_plain(split, virtual, plan=QUICK, warmup=1)
+    assert set(res.comparisons) == {"CPU", "CPU_B"} and str(res) == res.text
+    lines = res.text.splitlines()
+    assert lines[0].startswith("measured interleaved,") and "medians: placement" in lines[0]
+    for dev, c in res.comparisons.items():
+        assert f"placement vs plain {dev}: {c.describe()}" in lines and not c.same_graph
+    assert lines[-1].startswith("verdict: the placement ")
+    if all(c.verdict == "faster" for c in res.comparisons.values()):
+        assert lines[-1] == "verdict: the placement beats every plain compile beyond noise"
+    else:
+        assert "does not beat plain" in lines[-1] and "consider --method single:" in lines[-1]
+    assert "not measured" in compare_with_plain(split.replace(placement=Placement(
         method="t", devices=("CPU", "GPU"), device_of=Array.of(np.zeros(tiny.graph.n_ops), np.int16))),
-        "i9-flex170")
+        "i9-flex170").text
+
+
+# --------------------------------------------------------------------------- cache location
+
+
+def test_cache_scope_decides_where_measurements_go(tiny, virtual, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    assert measure_cache_dir() == tmp_path / "home-cache" / "hdp" / "measure"
+    with cache_scope(tmp_path / "mine"):
+        assert measure_cache_dir() == tmp_path / "mine" / "measure"
+        with Measurer(tiny, virtual, runs=1, warmup=0) as m:
+            assert m.cache.dir == tmp_path / "mine" / "measure"
+            m.plain("CPU")
+        with cache_scope(enabled=False):
+            assert measure_cache_dir() is None and Measurer(tiny, virtual).cache is None
+    assert len(list((tmp_path / "mine").rglob("*.json"))) == 1
+    assert not (tmp_path / "home-cache").exists()
+
+
+def test_cli_writes_nothing_outside_cache_dir(tiny, virtual, tmp_path, monkeypatch, mlp_xml):
+    """compile with measured-reward hsdag, evaluate and profile, with --cache-dir or --no-cache:
+    the user cache stays empty (with --no-cache, hsdag's Measurer has no cache: see
+    test_cache_scope_decides_where_measurements_go)."""
+    home = tmp_path / "home-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    cache = tmp_path / "c"
+    xml, _ = _placed(tiny, virtual, tmp_path / "placed.xml")
+    run = CliRunner().invoke
+    r = run(main, ["compile", str(mlp_xml), "-o", str(tmp_path / "p.xml"), "--target", "virtual",
+                   "--method", "hsdag", "--reward", "measure", "--set", "placements=3", "--set", "episodes=1",
+                   "--set", "samples=2", "--set", "measure_runs=1", "--set", "warm_start=none",
+                   "--no-compare", "-q", "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    assert list((cache / "measure").rglob("*.json"))  # hsdag's measurements follow --cache-dir
+    n_measured = len(list((cache / "measure").rglob("*.json")))
+    r = run(main, ["evaluate", str(xml), "--runs", "2", "--warmup", "0", "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    assert len(list((cache / "measure").rglob("*.json"))) == n_measured + 1
+    r = run(main, ["evaluate", str(xml), "--runs", "2", "--warmup", "0", "--no-cache"])
+    assert r.exit_code == 0 and "[cached]" not in r.output
+    r = run(main, ["profile", str(mlp_xml), "-o", str(tmp_path / "costs.json"), "--target", "virtual",
+                   "--runs", "2", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert not home.exists() or not any(p.is_file() for p in home.rglob("*")), list(home.rglob("*"))

@@ -45,7 +45,6 @@ specialisation; everything else in it is the original.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from pathlib import Path

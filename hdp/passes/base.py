@@ -22,6 +22,17 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     provides: ClassVar[tuple[str, ...]] = ()
     #: Bump when the output changes for the same input and options.
     version: ClassVar[int] = 1
+    #: True for a pass that queries or times the real devices of this host (support, profile):
+    #: when its target has a real device, its cache key includes the host fingerprint
+    #: (:func:`hdp.runtime.host.host_fingerprint`: CPU model and flags, OpenVINO version).
+    host_dependent: ClassVar[bool] = False
+
+    def depends_on_host(self) -> bool:
+        """Whether this pass's output may differ from one host to another (see ``host_dependent``)."""
+        if not type(self).host_dependent:
+            return False
+        target = getattr(self, "target", None)
+        return target is None or any(d.kind == "real" for d in target.devices)
 
     @classmethod
     def pass_name(cls) -> str:

@@ -14,9 +14,14 @@ from hdp.passes.instruments import Instrument
 
 
 def pass_key(p: Pass, input_digest: str) -> str:
-    """hash(name, version, encoded options, input digest)."""
-    blob = serde.encode_any([p.pass_name(), type(p).version, p, input_digest])
-    return serde.digest_bytes(blob)
+    """hash(name, version, encoded options, input digest), plus the host fingerprint for a pass
+    whose output depends on the host (:meth:`Pass.depends_on_host`)."""
+    parts = [p.pass_name(), type(p).version, p, input_digest]
+    if p.depends_on_host():
+        from hdp.runtime.host import host_fingerprint
+
+        parts.append(host_fingerprint())
+    return serde.digest_bytes(serde.encode_any(parts))
 
 
 def check_schedule(passes: Sequence[Pass], available: Sequence[str]) -> None:

@@ -21,6 +21,7 @@ class ProfilePass(Pass, tag="profile"):
     timeout: float = 600.0
     requires = ("graph",)
     provides = ("costs",)
+    host_dependent = True  # real devices answer: the cache key includes the host
 
     def run(self, module: Module) -> Module:
         from hdp.runtime.profile import profile_costs

@@ -23,6 +23,7 @@ class SupportPass(Pass, tag="support"):
 
     target: Target
     provides = ("support",)
+    host_dependent = True  # real devices answer: the cache key includes the host
     requires = ("graph",)
 
     def run(self, module: Module) -> Module:

@@ -18,17 +18,28 @@ crashes or times out; ``measure`` returns the failure as ``Measurement.error`` i
 in the request (a device index out of range, a device the target lacks or this host does not
 have, a modeled device) raise :class:`~hdp.errors.InputError` from both.
 
-Successful measurements are cached as JSON under ``default_cache_dir()/"measure"`` keyed by the
-model's digest, the placement (device name per op), the target, runs and warm-up, this host and
-the OpenVINO version; failures are never cached.
+Comparisons are never made from separate measurements: :meth:`Measurer.head_to_head` compiles
+several candidates in the same worker and runs them interleaved, run by run, until the statistics
+of :mod:`hdp.runtime.stats` resolve the differences or a time cap is hit::
+
+        h = m.head_to_head([placed(device_of), plain("CPU"), plain("CPU_B")])
+        h.compare("plain CPU_B", "placement").describe()   # 'faster by 4.1 % (95 % CI 2.0…6.1 %)'
+        m.compare(plain("CPU"), plain("CPU_B"))           # a Comparison
+        m.best_of(candidates, preference=[0])             # the best, or the preferred among equals
+
+Successful single measurements are cached as JSON under :func:`measure_cache_dir` (the hdp cache
+root of the current :func:`cache_scope` + ``/measure``; the CLI sets it from ``--cache-dir`` and
+``--no-cache``) keyed by the model's digest, the placement (device name per op), the target, runs
+and warm-up, and the host fingerprint (CPU model and flags, OpenVINO version); failures and
+interleaved comparisons are never cached.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
-import importlib.metadata
 import os
-import platform
 import select
 import shutil
 import signal
@@ -37,7 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -45,16 +59,19 @@ import numpy as np
 from hdp.errors import HdpError, InputError
 from hdp.ir import serde
 from hdp.ir.types import Module
+from hdp.runtime import stats
+from hdp.runtime.host import host_fingerprint
 from hdp.runtime.target import Target, load_target
 from hdp.runtime.worker import FAULT_ENV, decode_msg, write_msg
 
 #: Bump when the meaning of a cached measurement changes.
-MEASURE_VERSION = 1
+MEASURE_VERSION = 2
 #: Seconds a worker may take to start and read the model (the per-request timeout, if larger).
 LOAD_TIMEOUT = 60.0
 
-__all__ = ["MeasureError", "Measurement", "Measurer", "measure_plain", "evaluate_placed",
-           "compare_with_plain", "FAULT_ENV"]
+__all__ = ["MeasureError", "Measurement", "Measurer", "Candidate", "HeadToHead", "BestOf", "PlainComparison",
+           "measure_plain", "evaluate_placed", "compare_with_plain", "cache_scope", "measure_cache_dir",
+           "FAULT_ENV"]
 
 
 class MeasureError(HdpError):
@@ -235,13 +252,39 @@ class WorkerProcess:
 # --------------------------------------------------------------------------- cache
 
 
+_CACHE_SCOPE: contextvars.ContextVar[tuple[bool, Path | None]] = contextvars.ContextVar(
+    "hdp_measure_cache", default=(True, None))
+
+
+@contextlib.contextmanager
+def cache_scope(cache_dir: str | os.PathLike | None = None, *, enabled: bool = True):
+    """Within the block, ``Measurer(cache=True)`` (the default, also inside passes and placers)
+    keeps measurements under ``<cache_dir>/measure`` (``cache_dir``: the hdp cache root, default
+    ``~/.cache/hdp``), or caches nothing when not ``enabled``. The CLI sets it from ``--cache-dir``
+    and ``--no-cache`` for the whole command."""
+    token = _CACHE_SCOPE.set((bool(enabled), Path(cache_dir) if cache_dir else None))
+    try:
+        yield
+    finally:
+        _CACHE_SCOPE.reset(token)
+
+
+def measure_cache_dir() -> Path | None:
+    """The directory ``Measurer(cache=True)`` uses here and now (None: caching is off)."""
+    from hdp.passes.cache import default_cache_dir
+
+    enabled, root = _CACHE_SCOPE.get()
+    return ((root or default_cache_dir()) / "measure") if enabled else None
+
+
 class MeasureCache:
-    """Successful measurements as JSON files ``<dir>/<key[:2]>/<key>.json``."""
+    """Successful measurements as JSON files ``<dir>/<key[:2]>/<key>.json`` (default directory:
+    :func:`measure_cache_dir`, or ``~/.cache/hdp/measure`` where caching is off)."""
 
     def __init__(self, directory: str | os.PathLike | None = None):
         from hdp.passes.cache import default_cache_dir
 
-        self.dir = Path(directory) if directory else default_cache_dir() / "measure"
+        self.dir = Path(directory) if directory else (measure_cache_dir() or default_cache_dir() / "measure")
 
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.json"
@@ -263,11 +306,7 @@ class MeasureCache:
 
 
 def _host_key() -> list[str]:
-    try:
-        ov_version = importlib.metadata.version("openvino")
-    except importlib.metadata.PackageNotFoundError:
-        ov_version = ""
-    return [platform.node(), ov_version]
+    return [host_fingerprint()]  # CPU model, flags and count, OpenVINO version
 
 
 # --------------------------------------------------------------------------- sources
@@ -314,6 +353,121 @@ def _source_of(source, tmpdir_factory) -> _Source:
     raise TypeError(f"cannot measure a {type(source).__name__}: give a Module, an .xml path or an ov.Model")
 
 
+# --------------------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """One thing to run in a head-to-head comparison: the unplaced model compiled on ``plain``
+    (no HETERO), or the placement ``device_of`` (an index into ``devices`` per op, or a device name
+    per op, as for :meth:`Measurer.measure`) compiled with HETERO. Build with :func:`plain` or
+    :func:`placed`."""
+
+    name: str
+    plain: str | None = None
+    device_of: Any = None
+    devices: tuple[str, ...] | None = None
+
+
+def plain(device: str, name: str | None = None) -> Candidate:
+    """The unplaced model compiled directly on ``device`` (named ``plain <device>``)."""
+    return Candidate(name=name or f"plain {device}", plain=device)
+
+
+def placed(device_of, devices: Sequence[str] | None = None, name: str = "placement") -> Candidate:
+    """A placement, compiled with HETERO."""
+    return Candidate(name=name, device_of=device_of, devices=None if devices is None else tuple(devices))
+
+
+@dataclass(frozen=True, eq=False)
+class HeadToHead:
+    """Candidates measured interleaved in the same worker (see :meth:`Measurer.head_to_head`).
+
+    ``measurements[i].times[r]`` is candidate ``i``'s time in round ``r`` (the same rounds for
+    every candidate that ran; a failed one has ``error`` set). ``graphs[i]`` identifies the graph
+    a candidate runs: ``("one", device)`` for a plain compile and for a placement with every op on
+    that device (the same graph), ``("mixed", digest)`` otherwise.
+    """
+
+    names: tuple[str, ...]
+    measurements: tuple[Measurement, ...]
+    graphs: tuple[tuple[str, str], ...]
+    rounds: int
+    seconds: float
+    reason: str
+    plan: stats.SequentialPlan
+
+    def index(self, c: int | str) -> int:
+        if isinstance(c, str):
+            if c not in self.names:
+                raise KeyError(f"no candidate '{c}' (have: {', '.join(self.names)})")
+            return self.names.index(c)
+        return int(c)
+
+    @property
+    def ok(self) -> list[int]:
+        """Indices of the candidates that compiled and ran."""
+        return [i for i, m in enumerate(self.measurements) if m.ok]
+
+    def same_graph(self, i: int | str, j: int | str) -> bool:
+        return self.graphs[self.index(i)] == self.graphs[self.index(j)]
+
+    def _need(self, *idx: int) -> None:
+        bad = [self.measurements[i] for i in idx if not self.measurements[i].ok]
+        if bad:
+            raise MeasureError(bad[0].error or f"{bad[0].what}: no times")
+
+    def compare(self, a: int | str, b: int | str, *, level: float | None = None) -> stats.Comparison:
+        """B against A (see :func:`hdp.runtime.stats.compare`), at the plan's level and margin;
+        raises MeasureError if either failed. B is never called faster than A when both run the
+        same graph."""
+        i, j = self.index(a), self.index(b)
+        self._need(i, j)
+        return stats.compare(self.measurements[i].times, self.measurements[j].times,
+                             level=level or self.plan.level, margin=self.plan.margin,
+                             names=(self.names[i], self.names[j]), same_graph=self.same_graph(i, j))
+
+    def select(self, preference: Sequence[int | str] = ()) -> stats.Selection:
+        """The best candidate (see :func:`hdp.runtime.stats.select_best`) among those that ran;
+        indices in the result are into :attr:`names`. Raises MeasureError if none ran."""
+        ok = self.ok
+        if not ok:
+            self._need(*range(len(self.names)))
+        pos = {i: p for p, i in enumerate(ok)}
+        times = np.array([self.measurements[i].times for i in ok]).T
+        pref = [pos[self.index(c)] for c in preference if self.index(c) in pos]
+        sel = stats.select_best(times, [self.names[i] for i in ok], pref, level=self.plan.level,
+                                margin=self.plan.margin, same_graph=lambda p, q: self.same_graph(ok[p], ok[q]))
+        return msgspec.structs.replace(sel, winner=ok[sel.winner], fastest=ok[sel.fastest],
+                                       tied=tuple(ok[t] for t in sel.tied))
+
+    def header(self) -> str:
+        """``interleaved: 64 rounds in 3.2 s (resolved to 3 %); medians: a 1.234 ms, b ...``"""
+        meds = ", ".join(f"{n} {m.median * 1e3:.3f} ms" if m.ok else f"{n} failed"
+                         for n, m in zip(self.names, self.measurements))
+        return f"measured interleaved, {self.rounds} rounds in {self.seconds:.1f} s ({self.reason}); medians: {meds}"
+
+
+@dataclass(frozen=True, eq=False)
+class BestOf:
+    """The outcome of :meth:`Measurer.best_of`: ``winner`` indexes the candidates given."""
+
+    winner: int
+    finalists: tuple[int, ...]
+    estimates: tuple[float, ...] | None
+    head: HeadToHead
+    selection: stats.Selection
+
+    def text(self) -> str:
+        lines = [self.head.header(), f"chosen: {self.selection.reason}"]
+        lines += [f"  {c.text()}" for c in self.selection.comparisons]
+        return "\n".join(lines)
+
+
+class _RoundsFailed(Exception):
+    pass
+
+
 # --------------------------------------------------------------------------- the measurer
 
 
@@ -323,8 +477,9 @@ class Measurer:
     ``source`` is a lowered :class:`~hdp.ir.types.Module` (its source model is read), an OpenVINO
     ``.xml`` (plain or placed), or an ``ov.Model``. ``target`` is a Target or a target spec.
     ``timeout`` bounds each compile + warm-up + runs (starting the worker and reading the model
-    may take up to ``max(timeout, LOAD_TIMEOUT)``). ``cache``: True for the default directory, a
-    path, or False.
+    may take up to ``max(timeout, LOAD_TIMEOUT)``). ``cache``: True for the directory of the
+    current :func:`cache_scope` (default ``~/.cache/hdp/measure``; none when the scope disables
+    caching), a path, or False. Interleaved comparisons (:meth:`head_to_head`) are never cached.
     """
 
     def __init__(self, source, target: Target | str, *, runs: int = 10, warmup: int = 3,
@@ -337,7 +492,11 @@ class Measurer:
         self.runs, self.warmup, self.timeout = int(runs), int(warmup), float(timeout)
         self._tmp: str | None = None
         self.source = _source_of(source, self._tmpdir)
-        self.cache = None if cache is False else MeasureCache(None if cache is True else cache)
+        if cache is True:
+            where = measure_cache_dir()
+            self.cache = MeasureCache(where) if where is not None else None
+        else:
+            self.cache = None if cache is False else MeasureCache(cache)
         self._worker: WorkerProcess | None = None
         self._loaded: dict | None = None
         self._base_key = [MEASURE_VERSION, self.source.digest, msgspec.json.encode(self.target).decode(),
@@ -494,6 +653,152 @@ class Measurer:
             raise MeasureError(f"profiling on {device}: {reply['error']}")
         return reply
 
+    # ---- interleaved comparisons
+
+    def _candidate(self, c: Candidate) -> tuple[dict, str, tuple[str, str]]:
+        """(request fields, description, graph identity) of a candidate; InputError if unusable."""
+        if (c.plain is None) == (c.device_of is None):
+            raise InputError(f"candidate '{c.name}': give a plain device or a placement, not both or neither")
+        if c.plain is not None:
+            d = self.target.device(c.plain)
+            if d.kind != "real":
+                raise InputError(f"device '{c.plain}' of target '{self.target.name}' is modeled; it cannot run here")
+            return {"plain": c.plain}, f"plain:{c.plain}", ("one", c.plain)
+        dev, devices = self._placement(c.device_of, c.devices)
+        used = [d for k, d in enumerate(devices) if (dev == k).any()]
+        if len(used) == 1:
+            graph = ("one", used[0])
+        else:
+            per_op = "\n".join(devices[int(k)] for k in dev)
+            graph = ("mixed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest())
+        return {"devices": devices, "device_of": dev.tobytes()}, "HETERO:" + ",".join(used), graph
+
+    def head_to_head(self, candidates: Sequence[Candidate], plan: stats.SequentialPlan | None = None, *,
+                     warmup: int | None = None) -> HeadToHead:
+        """Compile every candidate in the same worker, run each ``warmup`` times (default: this
+        Measurer's), then run them interleaved, one run of each per round in a rotating order
+        (:func:`hdp.runtime.stats.round_order`), until ``plan`` (default
+        ``SequentialPlan()``: resolve 3 %, at most 30 s of running) says stop. Never cached.
+
+        A candidate that fails to compile (or crashes the worker) gets ``error`` set and the others
+        go on; a mistake in a candidate (unknown device, wrong op count) raises InputError.
+        Memory: every candidate stays compiled until the end (a 500-op model compiled 3-4 times
+        is fine; dozens of large models at once are not: see :meth:`best_of`).
+        """
+        plan = plan or stats.SequentialPlan()
+        warm = self.warmup if warmup is None else int(warmup)
+        names = tuple(c.name for c in candidates)
+        if len(set(names)) != len(names):
+            raise InputError(f"candidate names must differ (got {', '.join(names)})")
+        specs = [self._candidate(c) for c in candidates]
+        k = len(specs)
+        errors = [""] * k
+        compile_s = [0.0] * k
+        handles: dict[int, int] = {}
+        pending = list(range(k))
+        while pending:
+            i = pending.pop(0)
+            fields, what, _ = specs[i]
+            try:
+                reply = self._call({"op": "prepare", **fields, "warmup": warm})
+            except _WorkerFailure as e:
+                errors[i] = f"{what}: {e}"
+                pending = sorted(set(pending) | set(handles))  # they died with the worker
+                handles.clear()
+                continue
+            if not reply["ok"]:
+                errors[i] = f"{what}: {reply['error']}"
+                continue
+            handles[i] = reply["handle"]
+            compile_s[i] = reply["compile_seconds"]
+        ok = sorted(handles)
+        times = np.zeros((0, len(ok)))
+        seconds, reason = 0.0, "nothing ran"
+
+        per_round = [0.0]  # seconds, from the last request: sizes requests to a quarter of the timeout
+
+        def run_rounds(orders):
+            out, i = [], 0
+            while i < len(orders):
+                size = max(1, int(self.timeout / 4 / per_round[0])) if per_round[0] > 0 else 1
+                chunk = orders[i:i + size]
+                t0 = time.monotonic()
+                try:
+                    reply = self._worker.call({"op": "rounds", "handles": [handles[j] for j in ok],
+                                               "orders": chunk}, self.timeout)
+                except _WorkerFailure as e:
+                    raise _RoundsFailed(str(e)) from None
+                if not reply["ok"]:
+                    raise _RoundsFailed(reply["error"])
+                per_round[0] = (time.monotonic() - t0) / len(chunk)
+                out.extend(reply["times"])
+                i += len(chunk)
+            return np.asarray(out, np.float64)
+
+        if ok:
+            t0 = time.monotonic()
+            try:
+                times, reason = stats.run_sequential(plan, len(ok), run_rounds)
+            except _RoundsFailed as e:
+                for i in ok:
+                    errors[i] = f"{specs[i][1]}: interleaved runs failed: {e}"
+                reason = "failed"
+            seconds = time.monotonic() - t0
+            if self._worker is not None and self._worker.alive:
+                try:
+                    self._worker.call({"op": "release", "handles": [handles[i] for i in ok]}, self.timeout)
+                except _WorkerFailure:
+                    pass
+        col = {i: p for p, i in enumerate(ok)}
+        ms = []
+        for i, (_, what, _) in enumerate(specs):
+            base = dict(what=what, target=self.target.name, runs=int(times.shape[0]), warmup=warm,
+                        compile_seconds=compile_s[i])
+            if errors[i] or i not in col:
+                ms.append(Measurement(**base, error=errors[i] or f"{what}: not run"))
+            else:
+                ms.append(Measurement(**base, times=tuple(float(t) for t in times[:, col[i]])))
+        return HeadToHead(names=names, measurements=tuple(ms), graphs=tuple(g for _, _, g in specs),
+                          rounds=int(times.shape[0]), seconds=seconds, reason=reason, plan=plan)
+
+    def compare(self, a: Candidate, b: Candidate, plan: stats.SequentialPlan | None = None) -> stats.Comparison:
+        """B against A, measured head to head (see :meth:`head_to_head`); raises MeasureError if
+        either fails."""
+        return self.head_to_head([a, b], plan).compare(0, 1)
+
+    def best_of(self, candidates: Sequence[Candidate], *, preference: Sequence[int] = (), top: int = 3,
+                plan: stats.SequentialPlan | None = None, estimates: Sequence[float] | None = None) -> BestOf:
+        """The best of ``candidates``, never the minimum of noisy samples.
+
+        With more than ``top + 1`` candidates, each is first screened (``estimates``, e.g.
+        simulated latencies, or else one :meth:`measure`/:meth:`plain` each: the median of
+        ``runs`` runs, cached); the ``top`` lowest plus the first of ``preference`` go to a
+        head-to-head (:meth:`head_to_head`), and :func:`hdp.runtime.stats.select_best` keeps the
+        fastest only if it beats the others beyond noise, otherwise the first of ``preference``
+        (indices into ``candidates``, most preferred first, e.g. the best single device) among
+        those equal within noise."""
+        k = len(candidates)
+        if k == 0:
+            raise InputError("best_of: no candidates")
+        if estimates is not None and len(estimates) != k:
+            raise InputError(f"best_of: {len(estimates)} estimates for {k} candidates")
+        if estimates is None and k > top + 1:
+            estimates = []
+            for c in candidates:
+                m = self.plain(c.plain) if c.plain is not None else self.measure(c.device_of, c.devices)
+                estimates.append(m.median if m.ok else float("inf"))
+        if estimates is None:
+            finalists = list(range(k))
+        else:
+            finalists = stats.shortlist(estimates, top, list(preference))
+            if not finalists:
+                raise MeasureError("best_of: no candidate could be measured")
+        head = self.head_to_head([candidates[i] for i in finalists], plan)
+        sel = head.select([finalists.index(p) for p in preference if p in finalists])
+        return BestOf(winner=finalists[sel.winner], finalists=tuple(finalists),
+                      estimates=None if estimates is None else tuple(float(e) for e in estimates),
+                      head=head, selection=sel)
+
     def _run(self, req: dict, what: str) -> Measurement:
         base = dict(what=what, target=self.target.name, runs=self.runs, warmup=self.warmup)
         try:
@@ -534,24 +839,97 @@ def placed_device_of(xml: str | os.PathLike, target: Target | None = None):
 
 def evaluate_placed(xml: str | os.PathLike, target: Target | str | None = None, *, runs: int = 10,
                     warmup: int = 3, timeout: float = 120.0, plain: str | None = None,
-                    cache: bool | str | os.PathLike = True) -> dict[str, Measurement]:
-    """Measure a placed model (and, with ``plain``, the same model on one device).
+                    cache: bool | str | os.PathLike = True, plan: stats.SequentialPlan | None = None) -> dict:
+    """Measure a placed model; with ``plain``, head to head against the model compiled on that one
+    device instead.
 
-    Returns ``{"placed": Measurement, "plain": Measurement}`` (``plain`` only when asked).
+    Without ``plain``: ``{"placed": Measurement}`` (``runs`` runs, cached). With ``plain``:
+    ``{"placed": Measurement, "plain": Measurement, "comparison": Comparison}`` from interleaved
+    rounds (never cached; ``plan`` defaults to ``SequentialPlan(min_rounds=max(runs, 6))``); the
+    comparison is the placement against the plain compile.
     """
     tgt = load_target(target) if isinstance(target, str) else target
     dev, devices, tgt = placed_device_of(xml, tgt)
     with Measurer(xml, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=cache) as m:
-        out = {"placed": m.measure(dev, devices)}
-        if plain:
-            out["plain"] = m.plain(plain)
+        if not plain:
+            return {"placed": m.measure(dev, devices)}
+        plan = plan or stats.SequentialPlan(min_rounds=max(runs, 6), max_rounds=max(runs, 1000))
+        h = m.head_to_head([Candidate(name=f"plain {plain}", plain=plain), placed(dev, devices)], plan)
+    out = {"placed": h.measurements[1], "plain": h.measurements[0]}
+    if all(x.ok for x in h.measurements):
+        out["comparison"] = h.compare(0, 1)
     return out
 
 
-def compare_with_plain(module: Module, target: Target | str, *, runs: int = 10, warmup: int = 3,
-                       timeout: float = 120.0, cache: bool | str | os.PathLike = True) -> str:
-    """One line saying whether ``module.placement`` beats the unplaced model compiled on each real
-    device of the target (measured). For ``hdp compile`` to print after placing."""
+@dataclass(frozen=True, eq=False)
+class PlainComparison:
+    """A placement against the plain compile on each real device, measured head to head:
+    ``comparisons[device]`` is the placement against ``plain <device>``; ``text`` says it in words."""
+
+    text: str
+    comparisons: dict[str, stats.Comparison]
+    head: HeadToHead | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def plain_report(head: HeadToHead, placement: int | str = 0) -> PlainComparison:
+    """Words for a head-to-head of one placement against plain compiles (candidates named
+    ``plain <device>``): each comparison, the same-graph note, and what to do about it."""
+    p = head.index(placement)
+    pm = head.measurements[p]
+    lines = [head.header()]
+    if not pm.ok:
+        return PlainComparison(f"the placement could not be measured: {pm.error}", {}, head)
+    plains = [i for i in range(len(head.names)) if i != p and head.graphs[i][0] == "one"
+              and head.names[i].startswith("plain ")]
+    index = {head.graphs[i][1]: i for i in plains}  # device -> its plain compile
+    comps: dict[str, stats.Comparison] = {}
+    for i in plains:
+        dev = head.graphs[i][1]
+        if head.measurements[i].ok:
+            comps[dev] = head.compare(i, p)
+            lines.append(f"placement vs plain {dev}: {comps[dev].describe()}")
+        else:
+            lines.append(f"plain {dev}: {head.measurements[i].error}")
+    if not comps:
+        lines.append("no plain compile could be measured")
+        return PlainComparison("\n".join(lines), comps, head)
+    kind, one = head.graphs[p]
+    if kind == "one":
+        lines.append(f"all ops on {one}: same graph as the plain {one} compile")
+    # the plain compile the placement compares worst against (the fastest plain, relative to it)
+    best = max(comps, key=lambda d: comps[d].ratio)
+    if all(c.verdict == "faster" for c in comps.values()):
+        lines.append("verdict: the placement beats every plain compile beyond noise")
+    elif kind == "one":
+        own = comps.get(one)
+        what = (f"HETERO's own cost: {own.describe()}" if own is not None and own.verdict == "slower"
+                else "no difference beyond noise" if own is not None else f"plain {one} not measured")
+        lines.append(f"verdict: the placement is the plain {one} compile through HETERO ({what})")
+        others = [d for d in comps if d != one]
+        if own is not None and others:
+            vs = {d: head.compare(index[one], index[d]) for d in others}
+            faster = [d for d in others if vs[d].verdict == "faster"]
+            if faster:
+                d = min(faster, key=lambda x: vs[x].ratio)
+                lines.append(f"plain {d} is faster than plain {one} ({vs[d].describe()}): "
+                             f"consider --method single:{d}")
+    else:
+        best = max((d for d, c in comps.items() if c.verdict != "faster"), key=lambda d: comps[d].ratio)
+        lines.append(f"verdict: the placement does not beat plain {best} beyond noise "
+                     f"({comps[best].describe()}): consider --method single:{best}")
+    return PlainComparison("\n".join(lines), comps, head)
+
+
+def compare_with_plain(module: Module, target: Target | str, *, plan: stats.SequentialPlan | None = None,
+                       warmup: int = 3, timeout: float = 120.0) -> PlainComparison:
+    """``module.placement`` against the unplaced model compiled on each real device of the target,
+    measured head to head (interleaved, fresh, never cached; ``plan`` defaults to
+    ``SequentialPlan()``: resolve 3 %, at most 30 s of running). For ``hdp compile`` to print
+    after placing. A placement with every op on one device runs the same graph as that device's
+    plain compile and is never called faster than it."""
     tgt = load_target(target) if isinstance(target, str) else target
     pl = module.placement
     if pl is None:
@@ -560,21 +938,9 @@ def compare_with_plain(module: Module, target: Target | str, *, runs: int = 10, 
     used = {pl.devices[int(k)] for k in np.unique(pl.device_of.numpy())}
     modeled = sorted(d for d in used if tgt.device(d).kind != "real")
     if modeled or not real:
-        return (f"not measured: target '{tgt.name}' has modeled devices "
-                f"({', '.join(modeled or [d.name for d in tgt.devices])}); compare with the simulator")
-    with Measurer(module, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=cache) as m:
-        placed = m.measure(pl.device_of.numpy(), pl.devices)
-        plains = {d: m.plain(d) for d in real}
-    if not placed.ok:
-        return f"the placement could not be measured: {placed.error}"
-    ok = {d: p for d, p in plains.items() if p.ok}
-    if not ok:
-        return f"placement {placed.median * 1e3:.3f} ms; no plain compile could be measured"
-    best = min(ok, key=lambda d: ok[d].median)
-    b, p = ok[best].median, placed.median
-    others = ", ".join(f"{d} {x.median * 1e3:.3f} ms" for d, x in ok.items())
-    if p < b:
-        return (f"placement {p * 1e3:.3f} ms beats the best plain compile ({best}) by {(1 - p / b) * 100:.1f}% "
-                f"(plain: {others}; medians of {runs} runs)")
-    return (f"placement {p * 1e3:.3f} ms does not beat plain {best} ({b * 1e3:.3f} ms; {(p / b - 1) * 100:.1f}% "
-            f"slower; plain: {others}; medians of {runs} runs): consider --method single:{best}")
+        return PlainComparison(f"not measured: target '{tgt.name}' has modeled devices "
+                               f"({', '.join(modeled or [d.name for d in tgt.devices])}); compare with the simulator",
+                               {})
+    with Measurer(module, tgt, warmup=warmup, timeout=timeout, cache=False) as m:
+        head = m.head_to_head([placed(pl.device_of.numpy(), pl.devices)] + [plain(d) for d in real], plan)
+    return plain_report(head, 0)

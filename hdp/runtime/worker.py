@@ -25,8 +25,18 @@ true for a user mistake such as a device absent from this host):
   and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every inference since compile,
   read after the warm-up and after the timed runs) and ``executed`` (false for fused/in-place nodes).
 
+Interleaved comparisons (:meth:`hdp.runtime.measure.Measurer.head_to_head`) hold several compiled
+candidates at once:
+
+- ``prepare``: ``plain`` (a device) or ``devices`` + ``device_of`` (a placement, as for
+  ``measure``), and ``warmup`` -> ``handle``, ``compile_seconds``: compiles, creates an infer
+  request with the inputs set, runs the warm-up and keeps both until released.
+- ``rounds``: ``handles``, ``orders`` (one list per round of positions into ``handles``) -> ``times``
+  (per round, one time per handle in ``handles`` order): runs the candidates in each round's order.
+- ``release``: ``handles`` -> frees them (unknown handles are ignored).
+
 Test hook: ``HDP_MEASURE_FAULT`` = ``crash`` (SIGSEGV), ``hang`` or ``raise``, applied to every
-``measure``/``plain`` request of a worker started with it.
+``measure``/``plain``/``prepare`` request of a worker started with it.
 """
 
 from __future__ import annotations
@@ -122,6 +132,8 @@ class Worker:
         self.target = None
         self.cores: dict[tuple[str, ...], object] = {}
         self.inputs = []
+        self.prepared: dict[int, tuple[object, object]] = {}  # handle -> (compiled model, infer request)
+        self._next_handle = 0
 
     def handle(self, req: dict) -> dict:
         from hdp.errors import InputError
@@ -138,6 +150,13 @@ class Worker:
             if op == "plain":
                 _fault()
                 return self.plain(req)
+            if op == "prepare":
+                _fault()
+                return self.prepare(req)
+            if op == "rounds":
+                return self.rounds(req)
+            if op == "release":
+                return self.release(req)
             raise InputError(f"worker: unknown request '{op}'")
         except InputError as e:
             return {"ok": False, "input": True, "error": str(e)}
@@ -178,20 +197,26 @@ class Worker:
             self.cores[devices] = make_core(self.target, list(devices))
         return self.cores[devices]
 
-    def _time(self, compiled, runs: int, warmup: int, perf: bool = False):
-        """Wall seconds of ``runs`` inferences after ``warmup``; with ``perf``, also the per-node
-        counters (cumulative averages, see :mod:`hdp.runtime.profile`) after warm-up and at the end."""
+    def _ready(self, req):
+        """Set the fixed inputs on an infer request; returns ``start()``, which puts a stateful
+        model back to the specialised state (every timed inference starts from it)."""
         import openvino as ov
 
-        req = compiled.create_infer_request()
         for i, a in enumerate(self.inputs):
             req.set_input_tensor(i, ov.Tensor(a))
         states = [(st, ov.Tensor(self.states[st.name])) for st in req.query_state() if st.name in self.states]
 
-        def start() -> None:  # a stateful model starts every inference from the specialised state
+        def start() -> None:
             for st, t in states:
                 st.state = t
 
+        return start
+
+    def _time(self, compiled, runs: int, warmup: int, perf: bool = False):
+        """Wall seconds of ``runs`` inferences after ``warmup``; with ``perf``, also the per-node
+        counters (cumulative averages, see :mod:`hdp.runtime.profile`) after warm-up and at the end."""
+        req = compiled.create_infer_request()
+        start = self._ready(req)
         for _ in range(warmup):
             start()
             req.infer()
@@ -204,7 +229,8 @@ class Worker:
             times.append(time.perf_counter() - t0)
         return times, (before, _counters(req)) if perf else None
 
-    def measure(self, req: dict) -> dict:
+    def _compile_placed(self, req: dict):
+        """(compiled model, compile seconds) of the placement in ``req`` (``devices``, ``device_of``)."""
         import numpy as np
 
         from hdp.errors import InputError
@@ -220,9 +246,56 @@ class Worker:
         core = self.core(tuple(used))
         t0 = time.perf_counter()
         compiled = core.compile_model(self.model, hetero_name(used), {})
-        compile_s = time.perf_counter() - t0
+        return compiled, time.perf_counter() - t0
+
+    def measure(self, req: dict) -> dict:
+        compiled, compile_s = self._compile_placed(req)
         times, _ = self._time(compiled, int(req["runs"]), int(req["warmup"]))
         return {"ok": True, "times": times, "compile_seconds": compile_s}
+
+    def prepare(self, req: dict) -> dict:
+        if req.get("plain"):
+            core = self.core((req["plain"],))
+            t0 = time.perf_counter()
+            compiled = core.compile_model(self.model, req["plain"], {})
+            compile_s = time.perf_counter() - t0
+        else:
+            compiled, compile_s = self._compile_placed(req)
+        ireq = compiled.create_infer_request()
+        start = self._ready(ireq)
+        for _ in range(int(req.get("warmup", 0))):
+            start()
+            ireq.infer()
+        handle = self._next_handle
+        self._next_handle += 1
+        self.prepared[handle] = (compiled, ireq, start)
+        return {"ok": True, "handle": handle, "compile_seconds": compile_s}
+
+    def rounds(self, req: dict) -> dict:
+        from hdp.errors import InputError
+
+        handles = list(req["handles"])
+        missing = [h for h in handles if h not in self.prepared]
+        if missing:
+            raise InputError(f"worker: no prepared candidate {missing[0]}")
+        reqs = [self.prepared[h][1:] for h in handles]
+        clock = time.perf_counter
+        out = []
+        for order in req["orders"]:
+            row = [0.0] * len(reqs)
+            for j in order:
+                r, start = reqs[j]
+                start()
+                t0 = clock()
+                r.infer()
+                row[j] = clock() - t0
+            out.append(row)
+        return {"ok": True, "times": out}
+
+    def release(self, req: dict) -> dict:
+        for h in req.get("handles", ()):
+            self.prepared.pop(h, None)
+        return {"ok": True}
 
     def plain(self, req: dict) -> dict:
         device, perf = req["device"], bool(req.get("perf"))

@@ -1,0 +1,518 @@
+"""Statistics for timing comparisons: the one place in hdp that turns run times into verdicts.
+
+Candidates are measured **interleaved**, one run of each per round in a balanced rotating order
+(:func:`round_order`), so that a slow drift or a burst of load on a shared machine hits every
+candidate alike. Two candidates are compared on their **paired log-ratios** ``d_r = log(b_r / a_r)``
+(one per round):
+
+- estimate: the Hodges–Lehmann shift, the median of the Walsh averages ``(d_i + d_j) / 2``
+  (``i <= j``); ``exp(shift)`` is B's time as a multiple of A's;
+- interval: the matching Wilcoxon signed-rank confidence interval (order statistics of the Walsh
+  averages; exact distribution up to :data:`EXACT_N` rounds, normal approximation beyond).
+
+Why this statistic: pairing by round cancels drift; ranks make it robust to the outliers a busy
+machine produces (the estimate tolerates up to 29 % corrupted rounds); the interval is exact
+(distribution-free) for two identical candidates, whose paired log-ratios are symmetric about zero
+when the run order is balanced; it needs no resampling, so it is deterministic and fast.
+
+A difference is called only when the whole confidence interval lies beyond :data:`MARGIN` (0.5 %)
+on one side: differences smaller than that are below what a comparison of compiled models can
+mean, and the margin keeps the false-positive rate of two identical candidates well under the
+nominal 5 % (see ``bench/README.md``, "Measurement statistics"). Verdicts::
+
+    faster by 4.1 % (95 % CI 2.0…6.1 %)
+    slower by 12.3 % (95 % CI 9.8…14.9 %)
+    equal within noise (±1.4 %)            # ±: the largest difference the interval leaves open
+
+:class:`SequentialPlan` decides when enough rounds have run (every comparison with the current
+leader resolved to a set relative difference, or a round/time cap), :func:`run_sequential` drives
+it over any round-runner, and :func:`select_best` picks the best of several candidates measured
+head to head (the fastest only when it beats the others beyond noise; otherwise the first in a
+preference order among those equal within noise).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import msgspec
+import numpy as np
+
+#: Default confidence level of intervals and verdicts.
+LEVEL = 0.95
+#: Relative differences smaller than this are never called a difference (0.5 %).
+MARGIN = 0.005
+#: Up to this many rounds the signed-rank interval uses the exact null distribution.
+EXACT_N = 100
+
+Verdict = Literal["faster", "slower", "equal"]
+_NORMAL = statistics.NormalDist()
+
+__all__ = ["LEVEL", "MARGIN", "Comparison", "SequentialPlan", "PlanStatus", "Selection", "compare",
+           "hl_estimate", "hodges_lehmann", "round_order", "run_sequential", "select_best", "shortlist"]
+
+
+# --------------------------------------------------------------------------- the interval
+
+
+@functools.lru_cache(maxsize=512)
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(T+ <= s) for s = 0 .. n(n+1)/2 under the null (exact, by dynamic programming)."""
+    m = n * (n + 1) // 2
+    p = np.zeros(m + 1)
+    p[0] = 1.0
+    top = 0
+    for i in range(1, n + 1):
+        nxt = p.copy()
+        nxt[i:top + i + 1] += p[:top + 1]
+        top += i
+        p = nxt * 0.5
+    return np.cumsum(p)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rank_k(n: int, level: float) -> int:
+    """The 1-based order statistic of the Walsh averages that bounds a two-sided ``level`` interval
+    from below (the upper bound is the ``M + 1 - k``-th): the largest k with P(T+ <= k-1) <= alpha/2.
+    0 when ``n`` rounds cannot reach ``level``."""
+    alpha = 1.0 - level
+    if n <= EXACT_N:
+        return int(np.count_nonzero(_signed_rank_cdf(n) <= alpha / 2 + 1e-12))
+    mu = n * (n + 1) / 4
+    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return max(0, int(math.floor(mu + 0.5 - _NORMAL.inv_cdf(1 - alpha / 2) * sd)))
+
+
+#: Above this many values, Walsh-average order statistics are found by bisection, not by
+#: materialising all n(n+1)/2 of them.
+_WALSH_DIRECT = 400
+_BISECT_TOL = 1e-7
+
+
+@functools.lru_cache(maxsize=1)
+def _all_pairs() -> tuple[np.ndarray, np.ndarray]:
+    """Pairs i <= j < _WALSH_DIRECT ordered by j, so that those of n values are a prefix."""
+    big, small = np.tril_indices(_WALSH_DIRECT)  # row-major: by the larger index
+    return small, big
+
+
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    i, j = _all_pairs()
+    m = n * (n + 1) // 2
+    return i[:m], j[:m]
+
+
+def _walsh_order(d: np.ndarray, ks: list[int]) -> list[float]:
+    """The ``ks``-th smallest (1-based) Walsh averages ``(d_i + d_j) / 2``, ``i <= j``."""
+    n = d.size
+    m = n * (n + 1) // 2
+    if n <= _WALSH_DIRECT:
+        i, j = _pairs(n)
+        w = (d[i] + d[j]) * 0.5
+        idx = sorted({k - 1 for k in ks})
+        part = np.partition(w, idx)
+        return [float(part[k - 1]) for k in ks]
+    ds = np.sort(d)
+    pos = np.arange(n)
+    kk = np.clip(np.asarray(ks, np.int64), 1, m)
+
+    def counts_le(x: np.ndarray) -> np.ndarray:  # per x: pairs i <= j with ds[i] + ds[j] <= 2x
+        hi = np.searchsorted(ds, (2.0 * x[:, None] - ds[None, :]).ravel(), side="right").reshape(x.size, n)
+        return np.maximum(hi - pos, 0).sum(axis=1)
+
+    # bisection for every k at once: count(lo) < k <= count(hi), until the bracket is tol wide
+    lo = np.full(kk.size, float(ds[0]))
+    hi = np.full(kk.size, float(ds[-1]))
+    first = counts_le(lo) >= kk  # the k-th is the smallest value itself
+    while True:
+        open_ = ~first & (hi - lo > _BISECT_TOL)
+        if not open_.any():
+            break
+        mid = 0.5 * (lo + hi)
+        c = counts_le(mid)
+        up = open_ & (c >= kk)
+        down = open_ & ~(c >= kk)
+        hi = np.where(up, mid, hi)
+        lo = np.where(down, mid, lo)
+    out = []
+    for q in range(kk.size):
+        if first[q]:
+            out.append(float(ds[0]))
+            continue
+        # snap to the smallest Walsh average above lo (the k-th itself unless two lie within tol)
+        jj = np.maximum(np.searchsorted(ds, 2.0 * lo[q] - ds, side="right"), pos)
+        ok = jj < n
+        out.append(float(np.min((ds[ok] + ds[jj[ok]]) * 0.5)) if ok.any() else float(hi[q]))
+    return out
+
+
+def lag1_autocorrelation(d) -> float:
+    """Lag-1 autocorrelation of the ranks of ``d`` (robust to outliers), clipped to [0, 0.9]: how
+    far consecutive rounds are from independent (slow load changes that interleaving did not
+    cancel). 0 for fewer than 10 values."""
+    d = np.asarray(d, np.float64)
+    if d.size < 10:
+        return 0.0
+    r = np.argsort(np.argsort(d, kind="stable"), kind="stable").astype(np.float64)
+    r -= r.mean()
+    den = float((r * r).sum())
+    rho = float((r[:-1] * r[1:]).sum()) / den if den > 0 else 0.0
+    return min(max(rho, 0.0), 0.9)
+
+
+def _inflated_level(level: float, rho: float) -> float:
+    """The level whose interval is as wide as a ``level`` interval on ``n (1 - rho) / (1 + rho)``
+    independent values (AR(1) variance inflation)."""
+    if rho <= 0:
+        return level
+    z = _NORMAL.inv_cdf(0.5 + level / 2) * math.sqrt((1 + rho) / (1 - rho))
+    return min(round(2 * _NORMAL.cdf(z) - 1, 6), 1 - 1e-9)
+
+
+def hl_estimate(d) -> float:
+    """The Hodges–Lehmann estimate alone: the median of the Walsh averages of ``d``."""
+    d = np.asarray(d, np.float64)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return float("nan")
+    m = d.size * (d.size + 1) // 2
+    a, b = _walsh_order(d, [(m + 1) // 2, m // 2 + 1])
+    return 0.5 * (a + b)
+
+
+def _intervals(d: np.ndarray, levels: Sequence[float], serial: bool) -> list[tuple[float, float]]:
+    """Signed-rank intervals of finite ``d`` at each level, from one pass over the Walsh averages."""
+    n = d.size
+    m = n * (n + 1) // 2
+    rho = lag1_autocorrelation(d) if serial else 0.0
+    ks = [_rank_k(n, _inflated_level(float(lv), rho)) for lv in levels]
+    want = [x for k in ks if k >= 1 for x in (k, m + 1 - k)]
+    vals = iter(_walsh_order(d, want)) if want else iter(())
+    out = []
+    for k in ks:
+        out.append((next(vals), next(vals)) if k >= 1 else (-math.inf, math.inf))
+    return out
+
+
+def hodges_lehmann(d, level: float = LEVEL, *, serial: bool = True) -> tuple[float, float, float]:
+    """(estimate, low, high) of the centre of the paired differences ``d`` (in round order): the
+    Hodges–Lehmann estimate and its Wilcoxon signed-rank confidence interval at ``level``, widened
+    for positive serial correlation between rounds when ``serial`` (see :func:`lag1_autocorrelation`).
+    The interval is (-inf, inf) when there are too few values to reach ``level`` (fewer than 6 at 95 %)."""
+    d = np.asarray(d, np.float64)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return float("nan"), -math.inf, math.inf
+    (lo, hi), = _intervals(d, [level], serial)
+    return hl_estimate(d), lo, hi
+
+
+# --------------------------------------------------------------------------- two candidates
+
+
+class Comparison(msgspec.Struct, frozen=True, kw_only=True):
+    """B against A from paired rounds: ``ratio`` = B's time / A's time (estimate), ``low``/``high``
+    its confidence interval at ``level``; ``verdict`` is B's: faster, slower or equal (within noise)."""
+
+    a: str
+    b: str
+    rounds: int
+    ratio: float
+    low: float
+    high: float
+    level: float = LEVEL
+    margin: float = MARGIN
+    verdict: Verdict = "equal"
+    same_graph: bool = False
+    #: what the data said when ``same_graph`` overruled a "faster" (else empty)
+    overruled: str = ""
+
+    @property
+    def resolution(self) -> float:
+        """The largest relative difference the interval leaves open (the ``±y`` of "equal")."""
+        return max(self.high - 1.0, 1.0 - self.low)
+
+    def _pct(self, faster: bool) -> tuple[float, float, float]:
+        if faster:  # time saved, as a share of A's time
+            return (1 - self.ratio) * 100, (1 - self.high) * 100, (1 - self.low) * 100
+        return (self.ratio - 1) * 100, (self.low - 1) * 100, (self.high - 1) * 100
+
+    def describe(self) -> str:
+        """The verdict alone: ``faster by 4.1 % (95 % CI 2.0…6.1 %)``, ``slower by ...`` or
+        ``equal within noise (±1.4 %)``."""
+        lvl = f"{self.level * 100:g} %"
+        if self.verdict == "equal":
+            y = self.resolution * 100
+            text = f"equal within noise (±{y:.1f} %)" if math.isfinite(y) else \
+                f"not resolved (too few rounds for a {lvl} interval)"
+            if self.overruled:
+                text += f"; {self.overruled}"
+            return text
+        x, lo, hi = self._pct(self.verdict == "faster")
+        return f"{self.verdict} by {x:.1f} % ({lvl} CI {lo:.1f}…{hi:.1f} %)"
+
+    def text(self) -> str:
+        """One sentence with the names: ``B vs A: faster by ... (N rounds)``."""
+        return f"{self.b} vs {self.a}: {self.describe()} ({self.rounds} rounds)"
+
+    def to_dict(self) -> dict:
+        d = msgspec.to_builtins(self)
+        d.update(resolution=self.resolution, text=self.text())
+        return d
+
+
+def _verdict(low: float, high: float, margin: float) -> Verdict:
+    if high < 1.0 - margin:
+        return "faster"
+    if low > 1.0 + margin:
+        return "slower"
+    return "equal"
+
+
+def compare(a, b, *, level: float = LEVEL, margin: float = MARGIN, names: tuple[str, str] = ("A", "B"),
+            same_graph: bool = False) -> Comparison:
+    """B against A from interleaved times: ``a[r]`` and ``b[r]`` were measured in the same round ``r``.
+
+    ``same_graph``: B runs the same graph as A (a placement with every op on one device against
+    that device's plain compile), so B is never called faster: a "faster" the data shows is
+    reported as equal, with the measured figure in ``overruled``.
+    """
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired times need two equal-length 1-D arrays (got {a.shape} and {b.shape})")
+    ok = (a > 0) & (b > 0) & np.isfinite(a) & np.isfinite(b)
+    d = np.log(b[ok]) - np.log(a[ok])
+    est, lo, hi = hodges_lehmann(d, level)
+    c = Comparison(a=names[0], b=names[1], rounds=int(ok.sum()), ratio=math.exp(est) if d.size else math.nan,
+                   low=math.exp(lo), high=math.exp(hi), level=level, margin=margin,
+                   verdict=_verdict(math.exp(lo), math.exp(hi), margin), same_graph=same_graph)
+    if same_graph and c.verdict == "faster":
+        said = c.describe()
+        c = msgspec.structs.replace(c, verdict="equal", overruled=f"measured {said}, but it is the same graph: noise")
+    return c
+
+
+# --------------------------------------------------------------------------- run order
+
+
+@functools.lru_cache(maxsize=64)
+def _williams(k: int) -> tuple[tuple[int, ...], ...]:
+    first = [0]
+    lo, hi = 1, k - 1
+    while len(first) < k:
+        first.append(lo)
+        lo += 1
+        if len(first) < k:
+            first.append(hi)
+            hi -= 1
+    rows = [tuple((x + i) % k for x in first) for i in range(k)]
+    if k % 2:
+        rows += [r[::-1] for r in rows]
+    return tuple(rows)
+
+
+def round_order(r: int, k: int) -> list[int]:
+    """The order of ``k`` candidates in round ``r``, from a Williams design (``k`` rounds for even
+    ``k``, ``2k`` for odd, repeated): every candidate takes every position equally often and
+    follows every other candidate equally often, so neither the position in a round nor the
+    candidate run just before biases a comparison."""
+    rows = _williams(k)
+    return list(rows[r % len(rows)])
+
+
+# --------------------------------------------------------------------------- how many rounds
+
+
+class PlanStatus(msgspec.Struct, frozen=True):
+    done: bool
+    reason: str
+    leader: int = 0
+
+
+class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """When to stop measuring interleaved rounds.
+
+    After ``min_rounds`` kept rounds (``discard`` first rounds are dropped as warm-up of the
+    interleaving), at every look: the leader is the candidate with the lowest estimate; a
+    comparison with the leader is *resolved* when its ``level`` interval is narrow enough to tell a
+    ``resolution`` difference apart (half-width <= ``resolution / 2``), or when even the stricter
+    ``interim_level`` interval already lies beyond the margin (a clear difference: stop early, and
+    the strict level keeps repeated looks from inflating false positives). Stops when every
+    comparison with the leader is resolved, or at ``max_rounds`` / ``max_seconds`` (of running,
+    compiles excluded).
+    """
+
+    resolution: float = 0.03
+    level: float = LEVEL
+    margin: float = MARGIN
+    interim_level: float = 0.999
+    min_rounds: int = 10
+    max_rounds: int = 1000
+    max_seconds: float = 30.0
+    discard: int = 1
+    #: run about this many seconds of rounds between looks (at least ``min_rounds``-sized steps
+    #: early on, then growing with the rounds so far so that the number of looks stays small)
+    look_seconds: float = 0.5
+
+    def __post_init__(self):
+        if not 0 < self.resolution < 1:
+            raise ValueError(f"resolution must be in (0, 1) (got {self.resolution})")
+        if not 0.5 < self.level < self.interim_level < 1:
+            raise ValueError(f"need 0.5 < level < interim_level < 1 (got {self.level}, {self.interim_level})")
+        if self.min_rounds < 6 or self.max_rounds < self.min_rounds:
+            raise ValueError(f"need 6 <= min_rounds <= max_rounds (got {self.min_rounds}, {self.max_rounds})")
+        if not self.max_seconds > 0 or self.discard < 0:
+            raise ValueError("max_seconds must be > 0 and discard >= 0")
+
+    def resolved(self, a, b) -> bool:
+        """Whether the comparison of paired times ``a``, ``b`` is resolved (see the class)."""
+        d = np.log(np.asarray(b, np.float64)) - np.log(np.asarray(a, np.float64))
+        d = d[np.isfinite(d)]
+        (ilo, ihi), (lo, hi) = _intervals(d, [self.interim_level, self.level], serial=True)
+        if _verdict(math.exp(ilo), math.exp(ihi), self.margin) != "equal":
+            return True
+        return (math.exp(hi) - math.exp(lo)) / 2 <= self.resolution / 2
+
+    def status(self, times: np.ndarray, elapsed: float) -> PlanStatus:
+        """Decide on kept rounds ``times`` (rounds x candidates) after ``elapsed`` seconds."""
+        times = np.asarray(times, np.float64)
+        n, k = times.shape
+        leader = leader_of(times) if n else 0
+        if n >= self.max_rounds:
+            return PlanStatus(True, f"round cap ({self.max_rounds} rounds)", leader)
+        if elapsed >= self.max_seconds:
+            return PlanStatus(True, f"time cap ({self.max_seconds:g} s, {n} rounds)", leader)
+        if n < self.min_rounds:
+            return PlanStatus(False, "", leader)
+        if all(self.resolved(times[:, leader], times[:, c]) for c in range(k) if c != leader):
+            return PlanStatus(True, f"resolved to {self.resolution * 100:g} % ({n} rounds)", leader)
+        return PlanStatus(False, "", leader)
+
+
+def leader_of(times: np.ndarray) -> int:
+    """The candidate with the lowest robust estimate: Hodges–Lehmann shifts of log times against
+    candidate 0, paired by round (ties: the lower index)."""
+    lt = np.log(np.asarray(times, np.float64))
+    shifts = [0.0] + [hl_estimate(lt[:, c] - lt[:, 0]) for c in range(1, lt.shape[1])]
+    return int(np.argmin(shifts))
+
+
+def run_sequential(plan: SequentialPlan, k: int, run_rounds: Callable[[list[list[int]]], np.ndarray],
+                   clock: Callable[[], float] = time.monotonic) -> tuple[np.ndarray, str]:
+    """Measure ``k`` candidates in interleaved rounds until ``plan`` says stop.
+
+    ``run_rounds(orders)`` runs one round per order (a permutation of ``range(k)``, from
+    :func:`round_order`) and returns their times as an array (rounds x k) in candidate order.
+    Returns the kept times (``plan.discard`` first rounds dropped) and the reason for stopping.
+    """
+    if k < 1:
+        raise ValueError("nothing to measure")
+    rows: list[np.ndarray] = []
+    t0 = clock()
+    step = plan.min_rounds + plan.discard
+    while True:
+        done = len(rows)
+        left_rounds = plan.max_rounds + plan.discard - done
+        orders = [round_order(done + i, k) for i in range(max(1, min(step, left_rounds)))]
+        rows.extend(np.asarray(run_rounds(orders), np.float64).reshape(len(orders), k))
+        kept = np.array(rows[plan.discard:]).reshape(-1, k)
+        elapsed = clock() - t0
+        st = plan.status(kept, elapsed)
+        if st.done:
+            return kept, st.reason
+        per_round = elapsed / len(rows)
+        left = plan.max_seconds - elapsed
+        by_time = int(min(plan.look_seconds, left) / per_round) if per_round > 0 else step
+        # looks at most every look_seconds, and no more often than every quarter of the rounds so far
+        step = max(1, by_time, len(rows) // 4)
+        if per_round > 0:
+            step = min(step, max(1, int(left / per_round) + 1))
+
+
+# --------------------------------------------------------------------------- best of several
+
+
+def shortlist(estimates: Sequence[float], top: int = 3, preference: Sequence[int] = ()) -> list[int]:
+    """Indices of the ``top`` candidates with the lowest finite ``estimates`` (a robust figure such
+    as a median), plus the first of ``preference`` if it is not among them (so that the preferred
+    candidate, e.g. the best single device, always goes to the head-to-head). Ordered by estimate."""
+    est = np.asarray(estimates, np.float64)
+    ok = [i for i in np.argsort(est, kind="stable") if np.isfinite(est[i])]
+    keep = [int(i) for i in ok[:max(1, top)]]
+    if preference and preference[0] not in keep and np.isfinite(est[preference[0]]):
+        keep.append(int(preference[0]))
+    return sorted(keep, key=lambda i: (est[i], i))
+
+
+class Selection(msgspec.Struct, frozen=True, kw_only=True):
+    """The choice among candidates measured head to head."""
+
+    winner: int
+    fastest: int
+    #: candidates equal within noise to the fastest (the fastest included), in index order
+    tied: tuple[int, ...]
+    #: every other candidate against the fastest (Bonferroni-adjusted level)
+    comparisons: tuple[Comparison, ...]
+    reason: str
+
+
+def select_best(times, names: Sequence[str] | None = None, preference: Sequence[int] = (), *,
+                level: float = LEVEL, margin: float = MARGIN,
+                same_graph: Callable[[int, int], bool] | None = None) -> Selection:
+    """The best of ``k`` candidates from interleaved ``times`` (rounds x k).
+
+    The fastest (lowest Hodges–Lehmann estimate) is compared with every other candidate at a
+    Bonferroni-adjusted level (``1 - (1 - level) / (k - 1)``). Every candidate not slower than it
+    beyond noise is *tied* with it. The winner is the first tied candidate in ``preference`` (a
+    list of indices, most preferred first, e.g. the best single device); with no tied candidate in
+    ``preference``, the fastest. So the fastest wins only when it beats the preferred candidates
+    beyond noise. ``same_graph(i, j)``: whether candidates ``i`` and ``j`` run the same graph (a
+    placement with every op on one device and that device's plain compile); such a pair is always
+    tied, whatever the data says, so the preference order decides between them.
+    """
+    times = np.asarray(times, np.float64)
+    if times.ndim != 2 or times.shape[1] < 1:
+        raise ValueError("times must be rounds x candidates")
+    k = times.shape[1]
+    names = list(names) if names is not None else [f"#{i}" for i in range(k)]
+    for p in preference:
+        if not 0 <= p < k:
+            raise ValueError(f"preference index {p} out of range (k = {k})")
+    if k == 1:
+        return Selection(winner=0, fastest=0, tied=(0,), comparisons=(), reason="only one candidate")
+    fastest = leader_of(times)
+    adj = 1 - (1 - level) / (k - 1)
+    comps, tied = [], [fastest]
+    for c in range(k):
+        if c == fastest:
+            continue
+        sg = bool(same_graph and same_graph(fastest, c))
+        # c against the fastest; with the same graph, c may not be called faster either
+        cmp_ = compare(times[:, fastest], times[:, c], level=adj, margin=margin,
+                       names=(names[fastest], names[c]), same_graph=sg)
+        if sg and cmp_.verdict == "slower":  # the same graph is never faster than itself: a tie
+            cmp_ = msgspec.structs.replace(cmp_, verdict="equal", overruled=(
+                f"measured {cmp_.describe()}, but it is the same graph: noise"))
+        comps.append(cmp_)
+        if cmp_.verdict != "slower":
+            tied.append(c)
+    tied_set = set(tied)
+    pref = [p for p in preference if p in tied_set]
+    if len(tied) == 1:
+        winner, reason = fastest, f"{names[fastest]} beats every other candidate beyond noise"
+    elif pref:
+        winner = pref[0]
+        others = ", ".join(names[i] for i in sorted(tied_set - {winner}))
+        reason = f"{names[winner]}: first in the preference order among those equal within noise ({others})"
+    else:
+        winner = fastest
+        others = ", ".join(names[i] for i in sorted(tied_set - {fastest}))
+        reason = f"{names[fastest]}: the lowest estimate, equal within noise to {others} (none preferred)"
+    return Selection(winner=winner, fastest=fastest, tied=tuple(sorted(tied_set)), comparisons=tuple(comps),
+                     reason=reason)
