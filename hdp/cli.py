@@ -170,32 +170,39 @@ def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_
 
 @main.command("passes")
 def passes_cmd():
-    """List the passes, their options and the placement methods."""
+    """List the passes, their options and the placement methods with theirs."""
     from hdp.passes.base import registry
-    from hdp.placers import placers
+    from hdp.placers.options import METHODS
 
     for name, cls in sorted(registry().items()):
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         click.echo(f"{name}  (v{cls.version}; requires {', '.join(cls.requires) or '-'}; "
                    f"provides {', '.join(cls.provides)})\n    {doc}")
-        for f, default in zip(cls.__struct_fields__, _defaults(cls)):
-            click.echo(f"    --set {f}={default}")
-    click.echo("\nmethods (partition --set method=..., compile --method ...):")
-    for name, (_, needs, doc) in sorted(placers().items()):
-        click.echo(f"  {name:<12} {doc}" + (f"  [needs {', '.join(needs)}]" if needs else ""))
+        for f, default in _defaults(cls):
+            if f == "placer":
+                click.echo("    --set method=hetero-auto  (and the method's options below)")
+            else:
+                click.echo(f"    --set {f}={default}")
+    click.echo("\nmethods (compile --method NAME[:ARG], partition --set method=...; options with --set):")
+    for name, cls in sorted(METHODS.items()):
+        needs = f"  [needs {', '.join(cls.needs)}]" if cls.needs else ""
+        arg = f" (:ARG sets {cls.arg_field})" if cls.arg_field else ""
+        click.echo(f"  {name:<12} {cls.summary}{arg}{needs}")
+        for f, default in _defaults(cls):
+            click.echo(f"      --set {f}={default}")
 
 
-def _defaults(cls):
+def _defaults(cls) -> list[tuple[str, str]]:
     import msgspec
 
     out = []
     for f in msgspec.structs.fields(cls):
         if f.default is not msgspec.NODEFAULT:
-            out.append(repr(f.default) if not hasattr(f.default, "__struct_fields__") else "...")
+            out.append((f.name, repr(f.default) if not hasattr(f.default, "__struct_fields__") else "..."))
         elif f.default_factory is not msgspec.NODEFAULT:
-            out.append(repr(f.default_factory()))
+            out.append((f.name, repr(f.default_factory())))
         else:
-            out.append("<required>" if f.name != "target" else "<from --target>")
+            out.append((f.name, "<required>" if f.name != "target" else "<from --target>"))
     return out
 
 

@@ -12,7 +12,7 @@ from hdp.passes.instruments import Instrument
 from hdp.runtime.target import Target
 
 #: Bump when the frontend's output changes for the same model file.
-FRONTEND_VERSION = 2
+FRONTEND_VERSION = 3
 
 
 def lower_cached(xml: str | Path, request, cache: PassCache | None,
@@ -49,7 +49,8 @@ def takes_target(cls: type[Pass]) -> bool:
 
 
 def make_pass(name: str, options: dict) -> Pass:
-    """Build a pass value from its name and options (strings are converted to the field types)."""
+    """Build a pass value from its name and options (strings are converted to the field types;
+    a pass with a ``from_options`` classmethod, such as ``partition``, builds itself)."""
     import msgspec
 
     from hdp.errors import InputError
@@ -58,44 +59,41 @@ def make_pass(name: str, options: dict) -> Pass:
     if name not in reg:
         raise InputError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
     cls = reg[name]
+    if hasattr(cls, "from_options"):
+        return cls.from_options(options)
     try:
         return msgspec.convert(options, cls, strict=False)
     except msgspec.ValidationError as e:
         raise InputError(f"pass '{name}': invalid option: {e}") from None
 
 
+#: The pass that provides each stage a method may need.
+STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
+
+
 def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | None = None,
                      refine: bool = False) -> list[Pass]:
-    """The passes ``hdp compile`` runs for a method on a target, in order."""
-    from hdp.placers import parse_method, placers
+    """The passes ``hdp compile`` runs for a method on a target, in order.
 
-    name, _ = parse_method(method)
-    _, needs, _ = placers()[name]
+    The profile always comes right after ``support`` (before features or coarsening), so every
+    method that needs costs profiles the same input: one profile per model and target."""
+    from hdp.placers.options import method_from
+
+    placer = method_from(method, extra)
+    needs = set(type(placer).needs) | ({"costs"} if refine else set())
     reg = registry()
     sched: list[Pass] = [make_pass("support", {"target": target})]
-    for stage in ("features", "costs", "coarse"):
+    for stage in ("costs", "features", "coarse"):
         if stage in needs:
-            pname = {"features": "features", "costs": "profile", "coarse": "coarsen"}[stage]
-            if pname not in reg:
-                from hdp.errors import InputError
-
-                raise InputError(f"method '{method}' needs the '{pname}' pass, which is not available")
-            opts = {"target": target} if takes_target(reg[pname]) else {}
-            sched.append(make_pass(pname, opts))
-    opts = {"target": target, "method": method, "seed": seed}
-    opts.update(extra or {})
-    sched.append(make_pass("partition", opts))
-    if refine and "costs" not in needs:
-        sched.insert(-1, make_pass("profile", {"target": target}))
+            pname = STAGE_PASS[stage]
+            sched.append(make_pass(pname, {"target": target} if takes_target(reg[pname]) else {}))
+    sched.append(reg["partition"](target=target, placer=placer, seed=seed))
     sched.append(make_pass("assign", {"refine": refine}))
     return sched
 
 
-
 def default_method(target: Target) -> str:
-    """``single:<dev>`` for one device; ``hsdag`` for several when available, else hetero-auto."""
-    from hdp.placers import placers
-
+    """``single:<dev>`` for one device; ``hsdag`` for several."""
     if len(target.devices) == 1:
         return f"single:{target.devices[0].name}"
-    return "hsdag" if "hsdag" in placers() else "hetero-auto"
+    return "hsdag"

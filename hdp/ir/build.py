@@ -17,6 +17,8 @@ def graph_from_edges(
     src_port=None,
     dst_port=None,
     renamed: dict[str, str] | None = None,
+    fragile=None,
+    ties=None,
 ) -> Graph:
     """Build a Graph whose ops are already in topological order.
 
@@ -47,6 +49,8 @@ def graph_from_edges(
         src_port=Array.of(sp),
         dst_port=Array.of(dp),
         renamed=dict(renamed or {}),
+        fragile=None if fragile is None or not np.any(fragile) else Array.of(fragile, np.bool_),
+        ties=None if ties is None or not len(ties) else Array.of(np.asarray(ties).reshape(-1, 2), np.int32),
     )
 
 
@@ -65,22 +69,6 @@ def predecessors_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     pindptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(dst, minlength=n), out=pindptr[1:])
     return pindptr, src[order]
-
-
-def constant_like(graph: Graph) -> np.ndarray:
-    """bool per op: a Constant, or computed only from constants (e.g. a decompression Convert),
-    never from a Parameter. Such ops fold at compile time and travel with their consumer."""
-    n = graph.n_ops
-    out = np.zeros(n, bool)
-    if not n:
-        return out
-    pptr, preds = predecessors_csr(graph)
-    for i, op in enumerate(graph.ops):
-        if op.type == "Constant":
-            out[i] = True
-        elif op.type not in ("Parameter", "Result") and pptr[i + 1] > pptr[i]:
-            out[i] = bool(out[preds[pptr[i]:pptr[i + 1]]].all())
-    return out
 
 
 def topological_order(n: int, src, dst) -> np.ndarray:

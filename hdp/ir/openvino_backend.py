@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from hdp.errors import InputError
 from hdp.ir import serde
@@ -48,6 +49,23 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
         model.set_rt_info(json.dumps(msgspec.to_builtins(target), sort_keys=True), ["hdp", "target"])
 
 
+def legalize_placed(model, ov_ops, module: Module) -> dict:
+    """Apply the placement rules' rewrite (:func:`hdp.ir.openvino_legalize.legalize`) when the
+    placement uses several devices; one device needs none, so the written model is then the
+    original graph with affinities."""
+    from hdp.ir.openvino_legalize import legalize
+    from hdp.placement.structure import roles
+
+    pl = module.placement
+    dev = pl.device_of.numpy()
+    if np.unique(dev).shape[0] < 2:
+        return {"copies": 0, "folded_shapes": 0}
+    stats = legalize(model, ov_ops, roles(module.graph), [pl.devices[int(d)] for d in dev])
+    model.set_rt_info(str(stats["copies"]), ["hdp", "copies"])
+    model.set_rt_info(str(stats["folded_shapes"]), ["hdp", "folded_shapes"])
+    return stats
+
+
 def write_placed(module: Module, out_xml: str | os.PathLike, target=None) -> Path:
     """Write ``out_xml`` and its ``.bin`` atomically (temporary files, then rename)."""
     import openvino as ov
@@ -59,6 +77,7 @@ def write_placed(module: Module, out_xml: str | os.PathLike, target=None) -> Pat
         raise InputError(f"{out_xml}: the placed model must be written to a .xml path")
     model, ov_ops = reread_source(module)
     annotate(model, ov_ops, module, target)
+    legalize_placed(model, ov_ops, module)
     out_xml.parent.mkdir(parents=True, exist_ok=True)
     tmpdir = tempfile.mkdtemp(prefix=".hdp-", dir=out_xml.parent)
     try:

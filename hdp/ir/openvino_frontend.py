@@ -793,8 +793,14 @@ def _et_name(et) -> str:
     return et.get_type_name()
 
 
-def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = None) -> Module:
-    """Lower a static-shaped ``ov.Model`` (such as :func:`specialise` returns) into a Module."""
+def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = None,
+                fragile=None, ties=None) -> Module:
+    """Lower a static-shaped ``ov.Model`` (such as :func:`specialise` returns) into a Module.
+    ``fragile`` and ``ties`` (per op position) come from the model as it will be written
+    (:func:`~hdp.ir.openvino_legalize.fragile_ops`, :func:`~hdp.ir.openvino_legalize.state_ties`);
+    by default they are computed on ``model`` itself."""
+    from hdp.ir.openvino_legalize import fragile_ops, state_ties
+
     ov_ops = list(model.get_ordered_ops())
     names, renamed = unique_names(ov_ops)
     pos = {op: i for i, op in enumerate(ov_ops)}  # ov Nodes hash and compare by identity
@@ -820,7 +826,11 @@ def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = 
             sp.append(port)
             dp.append(j)
             eb.append(_numel(list(so.get_shape())) * so.get_element_type().size)
-    graph = graph_from_edges(ops, src, dst, eb, sp, dp, renamed)
+    if fragile is None:
+        fragile = fragile_ops(model)
+    if ties is None:
+        ties = state_ties(ov_ops)
+    graph = graph_from_edges(ops, src, dst, eb, sp, dp, renamed, fragile=fragile, ties=ties)
     meta = {"source": source, "model_name": model.get_friendly_name() or ""}
     meta.update(extra_meta or {})
     return Module(graph=graph, meta=meta)
@@ -837,7 +847,11 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
     """Lower a specialisation of ``model``, read from ``xml`` by :func:`read_model` (and left
     unchanged), recording its source and the specialisation."""
     xml = Path(xml)
+    from hdp.ir.openvino_legalize import fragile_ops, state_ties
+
     spec = plan_specialisation(model, xml, as_request(request))
+    fragile = fragile_ops(model)  # on the model as it will be written, dynamic shapes kept
+    ties = state_ties(list(model.get_ordered_ops()))
     static = specialise(model, spec, xml)
     if op_structure(static.get_ordered_ops()) != op_structure(model.get_ordered_ops()):
         raise InputError(f"{xml}: specialising the model changed its graph (an OpenVINO shape inference "
@@ -848,7 +862,7 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
         meta.update(state_shapes=spec.state_shapes(), phase=spec.phase)
     if spec.seq_len:
         meta["seq_len"] = str(spec.seq_len)
-    return lower_model(static, source=str(xml.resolve()), extra_meta=meta)
+    return lower_model(static, source=str(xml.resolve()), extra_meta=meta, fragile=fragile, ties=ties)
 
 
 def module_specialisation(module: Module) -> Specialisation:

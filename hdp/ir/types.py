@@ -15,7 +15,8 @@ import numpy as np
 import msgspec
 
 #: Bump when the encoded layout of Module changes; readers refuse newer schemas.
-SCHEMA_VERSION = 1
+#: 2: ``Graph.fragile`` and ``Graph.ties`` (schema-1 modules decode with neither).
+SCHEMA_VERSION = 2
 
 #: Module fields that passes may require or provide, in pipeline order.
 STAGES = ("graph", "features", "support", "costs", "coarse", "partition", "placement")
@@ -70,6 +71,14 @@ class Graph(msgspec.Struct, frozen=True, gc=False):
     src_port: Array  # int32, producer output port
     dst_port: Array  # int32, consumer input port
     renamed: dict[str, str] = {}  # unique name -> original friendly name, for renamed ops
+    #: bool per op: in the model as written (the user's, dynamic shapes kept), some output of the
+    #: op has a less static shape when integer tensor values are unknown (a Reshape to a computed
+    #: shape...). A device plugin infers such shapes without those values, so HETERO cannot hand
+    #: the tensor to another subgraph (see hdp.placement). None: no op is.
+    fragile: Array | None = None
+    #: int32 (k, 2): pairs of ops that must run on one device (ReadValue and Assign of one
+    #: state variable). None: no pair.
+    ties: Array | None = None
 
     @property
     def n_ops(self) -> int:

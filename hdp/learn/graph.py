@@ -1,17 +1,21 @@
 """The graph the placement network sees, as plain numpy arrays (no torch here).
 
-Nodes are the coarse groups of ``module.coarse`` when present, else the ops. Per node it holds:
+Nodes are unions of the placement problem's tie groups: the coarse groups of ``module.coarse``
+when present (each tie group joins the coarse group of its first member op), else the tie groups
+themselves. Per node it holds:
 
-- ``x``: input features — the module's features (coarse: the stored mean of members, else the mean
-  computed here), squashed with ``sign(x)·log1p(|x|)`` and standardised per column over the graph
-  (feature passes emit counts, byte sizes and fractions on very different scales), followed, when
-  ``cost_aware``, by :data:`N_COST_FEATURES` device-count-independent cost features;
-- ``cost``: seconds per device (the sum of the members' op times), ``allowed``: devices that support
-  every member and have a finite time (all devices when none does: the assign pass fixes that);
+- ``x``: input features — the mean of the member ops' features, squashed with
+  ``sign(x)·log1p(|x|)`` and standardised per column over the graph (feature passes emit counts,
+  byte sizes and fractions on very different scales), followed, when ``cost_aware``, by
+  :data:`N_COST_FEATURES` device-count-independent cost features;
+- ``cost``: seconds per device (the sum of the tie groups' times), ``allowed``: devices allowed
+  for every tie group of the node (all devices when none is: such a node is never sampled there,
+  see :mod:`hdp.learn.model`);
 - ``size``: member op count (the parser's group-size cap counts ops, not nodes).
 
 Edges are undirected (the GCN and the parser treat the DAG symmetrically), unique, ``u < v``, each
-with the time to copy its tensors across a link (the sum over the op edges it stands for).
+with the time to copy its tensors across a link. A placement the network emits is a device per
+node; :meth:`LearnGraph.group_devices` turns it into a device per tie group.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.build import edge_sources
 from hdp.ir.types import Module
+from hdp.placement.problem import PlacementProblem
 
 #: Per-node cost features appended to the module features when ``cost_aware``: the node's share of
 #: the model's best-device time (scaled by node count), log(slowest/fastest device time), and the
@@ -41,7 +45,7 @@ class LearnGraph:
     cost: np.ndarray  # float64, n_nodes x n_devices, finite (disallowed entries are 0)
     allowed: np.ndarray  # bool, n_nodes x n_devices
     size: np.ndarray  # float64, n_nodes: member op count
-    node_of_op: np.ndarray  # int64, n_ops
+    node_of_group: np.ndarray  # int64, n_groups: the node of every tie group
     devices: tuple[str, ...]
     feature_width: int  # width of module.features (what a reused policy must match)
     cost_aware: bool
@@ -55,9 +59,9 @@ class LearnGraph:
     def n_devices(self) -> int:
         return len(self.devices)
 
-    def op_devices(self, node_device: np.ndarray) -> np.ndarray:
-        """Per-op device ids (int16) from per-node device ids."""
-        return np.asarray(node_device, np.int16)[self.node_of_op]
+    def group_devices(self, node_device: np.ndarray) -> np.ndarray:
+        """Device per tie group (int16) from a device per node."""
+        return np.asarray(node_device, np.int16)[self.node_of_group]
 
 
 def _squash_standardise(x: np.ndarray) -> np.ndarray:
@@ -69,65 +73,42 @@ def _squash_standardise(x: np.ndarray) -> np.ndarray:
     return np.where(sd > 1e-12, (x - mu) / np.where(sd > 1e-12, sd, 1.0), 0.0)
 
 
-def _costs_in_order(module: Module, devices: tuple[str, ...]) -> np.ndarray:
-    c = module.costs
-    if c is None:
-        raise InputError("the learned placer needs costs; run the profile pass first")
-    if set(c.devices) != set(devices):
-        raise InputError(f"costs were computed for devices {c.devices}, not for target {devices}")
-    t = c.op_time.numpy()
-    return t[:, [c.devices.index(d) for d in devices]].astype(np.float64)
-
-
-def build_learn_graph(module: Module, devices: tuple[str, ...], cost_aware: bool = True) -> LearnGraph:
-    """Derive the network's view of ``module`` for the target ``devices`` (in target order)."""
-    g = module.graph
-    n_ops = g.n_ops
+def build_learn_graph(module: Module, problem: PlacementProblem, cost_aware: bool = True) -> LearnGraph:
+    """Derive the network's view of ``problem`` (built from ``module``, whose features it reads)."""
     if module.features is None:
         raise InputError("the learned placer needs features; run the features pass first")
+    if not problem.has_costs:
+        raise InputError("the learned placer needs costs; run the profile pass first")
+    st = problem.structure
+    k, nd = problem.n_groups, problem.n_devices
     feats = module.features.matrix.numpy().astype(np.float64)
     width = feats.shape[1]
-    op_time = _costs_in_order(module, devices)
-    support = np.ones((n_ops, len(devices)), bool)
-    if module.support is not None:
-        s = module.support
-        if set(s.devices) != set(devices):
-            raise InputError(f"support was computed for devices {s.devices}, not for target {devices}")
-        support = s.mask.numpy()[:, [s.devices.index(d) for d in devices]]
-    ok_op = support & np.isfinite(op_time)
-    op_time_f = np.where(np.isfinite(op_time), op_time, 0.0)
-
-    src, dst = edge_sources(g).astype(np.int64), g.indices.numpy().astype(np.int64)
-    ebytes = g.edge_bytes.numpy().astype(np.float64)
-    co = module.coarse
-    if co is not None:
-        node_of_op = co.group_of.numpy().astype(np.int64)
-        n = int(co.n_groups)
-        if co.features is not None and co.features.shape[1] == width:
-            x = co.features.numpy().astype(np.float64)
-        else:
-            x = np.zeros((n, width))
-            np.add.at(x, node_of_op, feats)
-            x /= np.maximum(np.bincount(node_of_op, minlength=n), 1)[:, None]
+    first_op = st.m_ops[st.m_ptr[:-1]].astype(np.int64)
+    if module.coarse is not None:
+        _, node_of_group = np.unique(module.coarse.group_of.numpy()[first_op], return_inverse=True)
+        node_of_group = node_of_group.reshape(-1).astype(np.int64)
     else:
-        node_of_op = np.arange(n_ops, dtype=np.int64)
-        n = n_ops
-        x = feats
+        node_of_group = np.arange(k, dtype=np.int64)
+    n = int(node_of_group.max()) + 1 if k else 0
+    placed = st.group_of >= 0
+    node_of_op = node_of_group[st.group_of[placed]]
+    x = np.zeros((n, width))
+    np.add.at(x, node_of_op, feats[placed])
     size = np.bincount(node_of_op, minlength=n).astype(np.float64)
-    cost = np.zeros((n, len(devices)))
-    np.add.at(cost, node_of_op, op_time_f)
-    bad = np.zeros((n, len(devices)), np.int64)
-    np.add.at(bad, node_of_op, (~ok_op).astype(np.int64))
-    allowed = bad == 0
+    x /= np.maximum(size, 1)[:, None]
+    allowed = np.ones((n, nd), bool)
+    np.logical_and.at(allowed, node_of_group, problem.allowed)
     allowed[~allowed.any(axis=1)] = True
+    cost = np.zeros((n, nd))
+    np.add.at(cost, node_of_group, np.where(problem.allowed, problem.time, 0.0))
     cost = np.where(allowed, cost, 0.0)
 
-    # Node-level edges from the op edges (fine edges inside a node vanish).
-    nu, nv = node_of_op[src], node_of_op[dst]
+    # node edges from the tensors (producer group -> consumer group), with their copy seconds
+    per_cons = np.repeat(np.arange(st.n_tensors), np.diff(st.t_ptr))
+    nu, nv = node_of_group[st.t_prod[per_cons]], node_of_group[st.t_cons]
+    copy = np.asarray(problem.t_cost)[per_cons]
     cross = nu != nv
     lo, hi = np.minimum(nu, nv)[cross], np.maximum(nu, nv)[cross]
-    c = module.costs
-    copy = c.link_latency + ebytes / (c.link_bandwidth if c.link_bandwidth > 0 else np.inf)
     if lo.size:
         edges, inv = np.unique(np.stack([lo, hi]), axis=1, return_inverse=True)
         edge_copy = np.bincount(inv.reshape(-1), weights=copy[cross], minlength=edges.shape[1])
@@ -138,13 +119,13 @@ def build_learn_graph(module: Module, devices: tuple[str, ...], cost_aware: bool
     if cost_aware:
         x = np.concatenate([x, _cost_features(cost, allowed, nu, nv, cross, copy)], axis=1)
     digest = hashlib.blake2b(digest_size=12)
-    for a in (x.astype(np.float32), edges, cost, allowed, node_of_op):
+    for a in (x.astype(np.float32), edges, cost, allowed, node_of_group):
         digest.update(np.ascontiguousarray(a).tobytes())
-    digest.update("|".join(devices).encode())
+    digest.update("|".join(problem.devices).encode())
     return LearnGraph(x=x.astype(np.float32), edges=edges.astype(np.int64), edge_copy=edge_copy,
-                      cost=cost, allowed=allowed,
-                      size=size, node_of_op=node_of_op, devices=tuple(devices), feature_width=width,
-                      cost_aware=cost_aware, digest=digest.hexdigest())
+                      cost=cost, allowed=allowed, size=size, node_of_group=node_of_group,
+                      devices=tuple(problem.devices), feature_width=width, cost_aware=cost_aware,
+                      digest=digest.hexdigest())
 
 
 def _cost_features(cost, allowed, nu, nv, cross, copy) -> np.ndarray:

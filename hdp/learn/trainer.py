@@ -106,7 +106,7 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    best_device_of: np.ndarray | None  # int16 per op; None when every evaluation failed
+    best_device_of: np.ndarray | None  # int16 per tie group; None when every evaluation failed
     best_latency: float
     best_source: str  # sample | greedy | warm:<name> | <candidate name>
     evaluations: int  # evaluator calls (all runs of a resumed training)
@@ -156,7 +156,7 @@ class _Run:
         self.bar = None
 
     def score(self, device_of: np.ndarray, source: str) -> float | None:
-        """Latency of a per-op placement (cached), or None when its evaluation failed."""
+        """Latency of a placement (a device per tie group; cached), or None when its evaluation failed."""
         key = np.ascontiguousarray(device_of, np.int16).tobytes()
         if key in self.cache:
             lat = self.cache[key]
@@ -248,22 +248,22 @@ def _greedy(model: HsdagNet, run: _Run) -> tuple[np.ndarray, Output]:
     with torch.no_grad():
         out = model(run.p, run.cfg.parse, mode="greedy", stochastic=False)
     act = out.logits.argmax(dim=1).numpy()
-    return run.p.graph.op_devices(act[out.group_of_node]), out
+    return run.p.graph.group_devices(act[out.group_of_node]), out
 
 
 def imitate(model: HsdagNet, opt: torch.optim.Optimizer, p: Problem, pc: ParseConfig,
-            device_of_op: np.ndarray, steps: int) -> float:
-    """Fit the greedy policy to a per-op placement; returns the final device loss.
+            device_of_group: np.ndarray, steps: int) -> float:
+    """Fit the greedy policy to a placement (a device per tie group); returns the final device loss.
 
-    Two cross-entropies: each group's device towards its members' majority device (by op count),
+    Two cross-entropies: each group's device towards its members' majority device (by tie-group count),
     and each first-round edge score towards 1 when both endpoint nodes' majority devices agree, 0
     when they differ — so the parser learns not to merge across the placement's device boundaries
-    and the groups can express it. Stops early once the greedy policy reproduces 99% of the ops
+    and the groups can express it. Stops early once the greedy policy reproduces 99% of the tie groups
     with confidence.
     """
     lg = p.graph
     counts = np.zeros((lg.n_nodes, lg.n_devices))
-    np.add.at(counts, (lg.node_of_op, np.asarray(device_of_op, np.int64)), 1.0)
+    np.add.at(counts, (lg.node_of_group, np.asarray(device_of_group, np.int64)), 1.0)
     node_dev = counts.argmax(axis=1)
     same = torch.from_numpy((node_dev[lg.edges[0]] == node_dev[lg.edges[1]]).astype(np.float32))
     loss_v = math.nan
@@ -274,8 +274,8 @@ def imitate(model: HsdagNet, opt: torch.optim.Optimizer, p: Problem, pc: ParseCo
         tgt = torch.from_numpy(gc.argmax(axis=1))
         loss = torch.nn.functional.cross_entropy(out.logits, tgt)
         loss_v = float(loss.detach())
-        placed = lg.op_devices(out.logits.argmax(dim=1).numpy()[out.group_of_node])
-        if loss_v < 0.1 and np.mean(placed == device_of_op) >= 0.99:
+        placed = lg.group_devices(out.logits.argmax(dim=1).numpy()[out.group_of_node])
+        if loss_v < 0.1 and np.mean(placed == device_of_group) >= 0.99:
             break
         if out.first_scores is not None and same.numel():
             sc = out.first_scores.clamp(1e-6, 1 - 1e-6)
@@ -380,9 +380,9 @@ def _write_report(report_dir: str, run: _Run, result: TrainResult) -> None:
 def train(lg: LearnGraph, evaluate: Callable[[np.ndarray], float], cfg: TrainConfig = TrainConfig(),
           warm_start: tuple[str, np.ndarray] | None = None,
           candidates: list[tuple[str, np.ndarray]] = ()) -> TrainResult:
-    """Learn a placement for ``lg``; ``evaluate(device_of) -> seconds`` scores a per-op placement.
+    """Learn a placement for ``lg``; ``evaluate(group_device) -> seconds`` scores a device per tie group.
 
-    ``candidates`` (name, per-op devices) are evaluated first; ``warm_start`` (name, per-op devices)
+    ``candidates`` (name, devices per group) are evaluated first; ``warm_start`` (name, devices per group)
     is evaluated and imitated before RL (both skipped when resuming).
     """
     cfg.check()
@@ -457,7 +457,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
                         act = torch.multinomial(torch.softmax(out.logits, dim=1), 1, generator=gen).squeeze(1)
                         logp = float(torch.distributions.Categorical(logits=out.logits).log_prob(act).sum()
                                      + out.parse_logp)
-                    lat = run.score(lg.op_devices(act.numpy()[out.group_of_node]), "sample")
+                    lat = run.score(lg.group_devices(act.numpy()[out.group_of_node]), "sample")
                     run.samples += 1
                     run.bar.update(1)
                     batch.append(_Sample(state, out.rounds, act, logp, lat))

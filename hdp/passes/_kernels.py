@@ -164,35 +164,28 @@ def fractal_dimension(uptr, uidx, radius, ball_cap):
 
 @njit(cache=True)
 def constant_anchors(indptr, indices, is_constant):
-    """Rule (a): fold constants and constant-only chains into their consumers.
+    """Rule (a): fold constant data (``is_constant``: :mod:`hdp.placement.structure`'s
+    definition, Constants and what is computed only from Constants and ShapeOfs) into its
+    consumers.
 
-    An op is constant-only when it is a Constant or all of its (one or more) inputs are
-    constant-only. Each op gets an *anchor*: itself for ops that are not constant-only (and for
-    constant-only ops nobody consumes); for a constant-only op, the earliest anchor among its
-    consumers' anchors. Returns (anchor int64, constant_only bool).
+    Each op gets an *anchor*: itself for ops that are not constant data (and for constant data
+    nobody consumes); for constant data, the earliest anchor among its consumers' anchors.
+    Returns (anchor int64, is_constant).
 
     Taking the earliest consumer *anchor* rather than the anchor of the earliest consumer op keeps
     the groups acyclic: every edge ``u -> v`` then has ``anchor[u] <= anchor[v]``.
     """
     n = indptr.shape[0] - 1
-    indeg = in_degrees(indices, n)
-    fed_by_variable = np.zeros(n, np.bool_)
-    const_only = np.zeros(n, np.bool_)
-    for u in range(n):
-        const_only[u] = is_constant[u] or (indeg[u] > 0 and not fed_by_variable[u])
-        if not const_only[u]:
-            for e in range(indptr[u], indptr[u + 1]):
-                fed_by_variable[indices[e]] = True
     anchor = np.arange(n).astype(np.int64)
     for u in range(n - 1, -1, -1):
-        if const_only[u] and indptr[u + 1] > indptr[u]:
+        if is_constant[u] and indptr[u + 1] > indptr[u]:
             best = n
             for e in range(indptr[u], indptr[u + 1]):
                 a = anchor[indices[e]]
                 if a < best:
                     best = a
             anchor[u] = best
-    return anchor, const_only
+    return anchor, is_constant
 
 
 @njit(cache=True)

@@ -67,9 +67,12 @@ class CoarsenPass(Pass, tag="coarsen"):
 
 
 def graph_arrays(g: Graph):
-    """(indptr, indices, edge_bytes, src_port, is_constant): the arrays the kernels take."""
-    is_const = np.fromiter((op.type == "Constant" for op in g.ops), np.bool_, g.n_ops)
-    return g.indptr.numpy(), g.indices.numpy(), g.edge_bytes.numpy(), g.src_port.numpy(), is_const
+    """(indptr, indices, edge_bytes, src_port, is_constant): the arrays the kernels take.
+    ``is_constant`` marks constant data (:mod:`hdp.placement.structure`: Constants, ShapeOfs and
+    what is computed only from them)."""
+    from hdp.placement.structure import CONE, roles
+
+    return g.indptr.numpy(), g.indices.numpy(), g.edge_bytes.numpy(), g.src_port.numpy(), roles(g) == CONE
 
 
 def group_ops(g: Graph, rule: str = "paper", fold_constants: bool = True,

@@ -1,4 +1,4 @@
-"""``partition``: groups of ops and a device per group, by the chosen method."""
+"""``partition``: a device per tie group of the placement problem, by the chosen method."""
 
 from __future__ import annotations
 
@@ -7,64 +7,50 @@ import numpy as np
 from hdp.errors import InputError
 from hdp.ir.types import Array, Module, Partition
 from hdp.passes.base import Pass, register
-from hdp.placers import PlaceRequest, parse_method, placers
-from hdp.placers.hsdag import DEFAULTS as HSDAG
+from hdp.placers.options import HeteroAuto, Method, method_from
 from hdp.runtime.target import Target
 
 
 @register
 class PartitionPass(Pass, tag="partition"):
-    """Place the graph with ``method`` (see ``hdp passes`` for the list)."""
+    """Place the graph's tie groups with ``placer`` (``hdp passes`` lists the methods and options)."""
 
     target: Target
-    method: str = "hetero-auto"
+    placer: Method = HeteroAuto()
     seed: int = 0
-    # optimal
-    time_limit: float = 60.0  # ILP time limit, seconds
-    mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
-    boundary_penalty: float | None = None  # seconds per copy (default: the link's subgraph overhead)
-    # hsdag (see hdp/placers/hsdag.py for each option's meaning)
-    reward: str = HSDAG["reward"]
-    measure_runs: int = HSDAG["measure_runs"]
-    budget: float = HSDAG["budget"]
-    placements: int = HSDAG["placements"]
-    episodes: int = HSDAG["episodes"]
-    samples: int = HSDAG["samples"]
-    lr: float = HSDAG["lr"]
-    hidden: int = HSDAG["hidden"]
-    warm_start: str = HSDAG["warm_start"]
-    policy: str = HSDAG["policy"]
-    checkpoint: str = HSDAG["checkpoint"]
-    report: str = HSDAG["report"]
-    algo: str = HSDAG["algo"]
-    entropy: float = HSDAG["entropy"]
-    reward_shape: str = HSDAG["reward_shape"]
-    baseline: str = HSDAG["baseline"]
-    cost_aware: bool = HSDAG["cost_aware"]
     requires = ("graph", "support")
     provides = ("partition",)
+    version = 2
 
-    def options(self) -> dict:
-        """Method-specific options (every field but the common ones)."""
-        common = {"target", "method", "seed"}
-        return {f: getattr(self, f) for f in self.__struct_fields__ if f not in common}
+    @classmethod
+    def from_options(cls, options: dict) -> "PartitionPass":
+        """From flat options, as ``--set`` gives them: ``method`` (``name[:arg]``), ``seed``,
+        ``target`` and the method's own options."""
+        opts = dict(options)
+        target = opts.pop("target", None)
+        if target is None:
+            raise InputError("pass 'partition' needs a target (--target or --devices)")
+        seed = opts.pop("seed", 0)
+        try:
+            seed = int(seed)
+        except (TypeError, ValueError):
+            raise InputError(f"pass 'partition': seed must be an integer, not {seed!r}") from None
+        placer = method_from(str(opts.pop("method", "hetero-auto")), opts)
+        return cls(target=target, placer=placer, seed=seed)
 
     def run(self, module: Module) -> Module:
-        name, arg = parse_method(self.method)
-        fn, needs, _ = placers()[name]
-        missing = [s for s in needs if getattr(module, s) is None]
-        if missing:
-            raise InputError(f"method '{name}' needs {', '.join(missing)}; run "
-                             f"{' and '.join(missing)} first")
+        from hdp.placement.problem import problem_of
+        from hdp.placers import PlaceContext, place
+
         devices = self.target.device_names
-        if module.support is not None and module.support.devices != devices:
+        if module.support.devices != devices:
             raise InputError(f"support was computed for devices {module.support.devices}, "
                              f"not for target {devices}")
-        req = PlaceRequest(devices=devices, arg=arg, seed=self.seed, target=self.target,
-                           options=self.options())
-        placed = fn(module, req)
-        info = {"method": self.method, **{k: str(v) for k, v in placed.info.items()}}
-        part = Partition(method=self.method, devices=devices,
-                         group_of=Array.of(placed.group_of, np.int32),
+        problem = problem_of(module, devices)
+        placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed))
+        label = self.placer.label()
+        info = {"method": label, **{k: str(v) for k, v in placed.info.items()}}
+        part = Partition(method=label, devices=devices,
+                         group_of=Array.of(problem.structure.anchor, np.int32),
                          group_device=Array.of(placed.group_device, np.int16), info=info)
         return module.replace(partition=part)

@@ -1,70 +1,69 @@
-"""Placers: the methods behind ``--method``. Each maps a Module to groups and a device per group.
+"""Placers: the methods behind ``--method``. Each maps a :class:`~hdp.placement.problem.PlacementProblem`
+to a device per tie group.
 
-A placer is a function ``place(module, request) -> Placed`` registered under a name; ``--method
-name:arg`` passes ``arg`` in the request. The ``partition`` pass dispatches to them.
+A method is an option value from :mod:`hdp.placers.options`; :func:`place` runs its implementation,
+imported on first use from :data:`IMPLEMENTATIONS` (no registry is filled at import time, and
+nothing here imports torch or openvino).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from hdp.errors import InputError
+from hdp.placers.options import PlacerOptions
+
+#: method name -> "module:function" taking (options, PlaceContext) and returning Placed.
+IMPLEMENTATIONS = {
+    "single": "hdp.placers.basic:single",
+    "hetero-auto": "hdp.placers.basic:hetero_auto",
+    "random": "hdp.placers.classical:random_placement",
+    "heft": "hdp.placers.classical:heft",
+    "optimal": "hdp.placers.classical:optimal",
+    "hsdag": "hdp.placers.hsdag:hsdag",
+}
 
 
 @dataclass(frozen=True)
-class PlaceRequest:
-    devices: tuple[str, ...]  # the target's devices, in priority order
-    arg: str = ""  # the part after ':' in --method name:arg
+class PlaceContext:
+    """What a placer may read besides its options."""
+
+    module: object  # hdp.ir.types.Module (features, coarse stages for the learned placer)
+    problem: object  # hdp.placement.problem.PlacementProblem
+    target: object = None  # hdp.runtime.target.Target (measured rewards)
     seed: int = 0
-    target: object = None  # hdp.runtime.target.Target
-    options: dict = field(default_factory=dict)  # method-specific options from the partition pass
 
 
 @dataclass
 class Placed:
-    group_of: np.ndarray  # int32, n_ops
-    group_device: np.ndarray  # int16, n_groups
+    group_device: np.ndarray  # int16 per tie group of the problem
     info: dict = field(default_factory=dict)
 
-    @classmethod
-    def per_op(cls, device_of, info=None) -> "Placed":
-        """Every op its own group."""
-        d = np.asarray(device_of, np.int16)
-        return cls(np.arange(d.shape[0], dtype=np.int32), d, dict(info or {}))
+
+def implementation(name: str):
+    target = IMPLEMENTATIONS.get(name)
+    if target is None:
+        raise InputError(f"unknown method '{name}' (known: {', '.join(sorted(IMPLEMENTATIONS))})")
+    mod, _, fn = target.partition(":")
+    return getattr(importlib.import_module(mod), fn)
 
 
-_PLACERS: dict[str, tuple[Callable, tuple[str, ...], str]] = {}
-
-
-def placer(name: str, requires: tuple[str, ...] = (), doc: str = ""):
-    """Register ``fn(module, request) -> Placed`` as method ``name``; ``requires`` lists the Module
-    stages it needs beyond the graph (``support``, ``costs``, ``features``, ``coarse``)."""
-
-    def deco(fn):
-        _PLACERS[name] = (fn, requires, doc or (fn.__doc__ or "").strip().splitlines()[0])
-        return fn
-
-    return deco
-
-
-def placers() -> dict[str, tuple[Callable, tuple[str, ...], str]]:
-    import hdp.placers.all  # noqa: F401
-
-    return dict(_PLACERS)
-
-
-def parse_method(method: str) -> tuple[str, str]:
-    name, _, arg = method.partition(":")
-    known = placers()
-    if name not in known:
-        raise InputError(f"unknown method '{method}' (known: {', '.join(sorted(known))})")
-    return name, arg
-
-
-def device_index(devices: tuple[str, ...], name: str) -> int:
-    if name not in devices:
-        raise InputError(f"unknown device '{name}' (target devices: {', '.join(devices)})")
-    return devices.index(name)
+def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
+    """Run a method; checks its options, the stages it needs and that the result is allowed."""
+    options.check()
+    missing = [s for s in type(options).needs if getattr(ctx.module, s) is None]
+    if missing:
+        raise InputError(f"method '{options.name()}' needs {', '.join(missing)}; run "
+                         f"{' and '.join({'costs': 'profile', 'coarse': 'coarsen'}.get(s, s) for s in missing)} first")
+    placed = implementation(options.name())(options, ctx)
+    gd = np.asarray(placed.group_device, np.int16)
+    p = ctx.problem
+    if gd.shape != (p.n_groups,):
+        raise AssertionError(f"method '{options.name()}' returned {gd.shape} devices for {p.n_groups} groups")
+    if gd.size and not p.allowed[np.arange(gd.shape[0]), gd].all():
+        raise AssertionError(f"method '{options.name()}' put a group on a device not allowed for it")
+    placed.group_device = gd
+    return placed

@@ -5,39 +5,32 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.types import Module
-from hdp.placers import Placed, PlaceRequest, device_index, placer
+from hdp.placers import PlaceContext, Placed
+from hdp.placers.options import HeteroAuto, Single
 
 
-@placer("single", requires=("support",))
-def single(module: Module, req: PlaceRequest) -> Placed:
-    """Every op on one device: single:<DEVICE> (default: the target's first device)."""
-    name = req.arg or req.devices[0]
-    j = device_index(req.devices, name)
-    mask = module.support.mask.numpy()
-    bad = np.nonzero(~mask[:, j])[0]
+def single(o: Single, ctx: PlaceContext) -> Placed:
+    """Every op on one device."""
+    p = ctx.problem
+    name = o.device or p.devices[0]
+    j = p.device_index(name)
+    bad = np.nonzero(~p.allowed[:, j])[0]
     if bad.size:
-        op = module.graph.ops[bad[0]]
-        raise InputError(f"single:{name}: device '{name}' does not support op '{op.name}' ({op.type}) "
-                         f"and {bad.size - 1} more; use hetero-auto or another method")
-    n = module.graph.n_ops
-    return Placed(np.zeros(n, np.int32), np.array([j], np.int16), {"device": name})
+        op = ctx.module.graph.ops[int(p.structure.members(int(bad[0]))[0])]
+        raise InputError(f"single:{name}: device '{name}' cannot run op '{op.name}' ({op.type}) "
+                         f"and {bad.size - 1} more groups; use hetero-auto or another method")
+    return Placed(p.single(j), {"device": name})
 
 
-@placer("hetero-auto", requires=("support",))
-def hetero_auto(module: Module, req: PlaceRequest) -> Placed:
-    """OpenVINO's rule: each op on the first device (in target order) that supports it."""
-    order = list(req.devices)
-    if req.arg:
-        order = [d for d in req.arg.split(",") if d]
-        for d in order:
-            device_index(req.devices, d)
-    mask = module.support.mask.numpy()
-    cols = [req.devices.index(d) for d in order]
-    sub = mask[:, cols]
+def hetero_auto(o: HeteroAuto, ctx: PlaceContext) -> Placed:
+    """Each tie group on the first device, in priority order, allowed for all of it."""
+    p = ctx.problem
+    order = list(o.priority) or list(p.devices)
+    cols = [p.device_index(d) for d in order]
+    sub = p.allowed[:, cols]
     none = np.nonzero(~sub.any(axis=1))[0]
     if none.size:
-        op = module.graph.ops[none[0]]
-        raise InputError(f"hetero-auto: no device of {order} supports op '{op.name}' ({op.type})")
+        op = ctx.module.graph.ops[int(p.structure.members(int(none[0]))[0])]
+        raise InputError(f"hetero-auto: no device of {order} can run op '{op.name}' ({op.type})")
     first = np.argmax(sub, axis=1)
-    return Placed.per_op(np.asarray(cols, np.int16)[first], {"priority": ",".join(order)})
+    return Placed(np.asarray(cols, np.int16)[first], {"priority": ",".join(order)})

@@ -1,26 +1,23 @@
 """Classical placers over the cost table: ``random``, ``heft`` and ``optimal``.
 
-All of them read the per-op, per-device times of ``module.costs`` (``inf`` or an unsupported
-entry in ``module.support`` forbids the device) and return one device per op; ``assign`` then
-co-locates Constants, Parameters and Results as usual.
+All of them place the tie groups of a :class:`~hdp.placement.problem.PlacementProblem` on the
+devices allowed for them, so every result respects the legality rules of :mod:`hdp.placement`.
 
 ``optimal`` solves the sequential HETERO cost model of :mod:`hdp.runtime.simulate` exactly::
 
     minimise  Σ_i time[i, dev_i]  +  Σ_(t, d) (copy_t + boundary_penalty) · [some consumer of t on d ≠ dev(producer t)]
 
-with two devices as an s-t minimum cut, with more as a mixed-integer program (HiGHS). The
+over tie groups, with two devices as an s-t minimum cut, with more as a mixed-integer program
+(HiGHS): exact for the legal problem. The
 per-subgraph overhead is not a function of single ops or tensors (it counts connected regions),
 so it is not in the exact objective; ``boundary_penalty`` (default: the cost table's
 ``subgraph_overhead``) charges it per copy instead, which equals the subgraph count on chains
 and overestimates it where one subgraph receives several tensors. ``boundary_penalty=0`` gives
-the pure compute + copy optimum. Ops that ``assign`` moves (Constants and constant-only chains,
-Parameters: to their first consumer; Results: to their producer) are tied to that op in the
-model, so the optimum is the optimum of the placement that is finally compiled (a tie no device
-can honour, e.g. a Convert only device A runs feeding an op only device B runs, is left out).
+the pure compute + copy optimum.
 
 The min-cut is exact up to its integer capacities: scipy's max-flow keeps them in int32, so the
-finite costs are scaled to sum to 2^30 (rounding error ≤ half a unit per term). Options, from the
-partition pass (``req.options``): ``boundary_penalty`` (seconds per copy, see above),
+finite costs are scaled to sum to 2^30 (rounding error ≤ half a unit per term). Options
+(:class:`~hdp.placers.options.Optimal`): ``boundary_penalty`` (seconds per copy, see above),
 ``time_limit`` (ILP seconds, default 60; on timeout the best solution found is used, or the
 better of "each op on its fastest device" and the best single device if none was), ``mip_gap``
 (ILP relative gap, default 1e-4). ``optimal:ilp`` forces the ILP with two devices. ``info``
@@ -34,31 +31,13 @@ import time as _time
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.types import Module
-from hdp.placers import Placed, PlaceRequest, placer
+from hdp.placers import PlaceContext, Placed
+from hdp.placers.options import Heft, Optimal, Random
 from hdp.runtime import _kernels as K
-from hdp.runtime.simulate import Simulator, cost_table, lower_bound
+from hdp.runtime.simulate import Simulator
 
 _INF_CAP = 2**31 - 1  # scipy's max-flow keeps capacities in int32
 _FINITE_BUDGET = 2**30  # the scaled finite capacities sum to at most this, so a cut never takes _INF_CAP
-
-
-def _allowed(module: Module, devices: tuple[str, ...]) -> np.ndarray:
-    """bool n_ops x n_devices: the support mask, narrowed by the cost table where there is one."""
-    n = module.graph.n_ops
-    if module.costs is not None:
-        ok = np.isfinite(cost_table(module, devices)[0])
-    else:
-        ok = np.ones((n, len(devices)), bool)
-        s = module.support
-        for j, d in enumerate(devices):
-            if d in s.devices:
-                ok[:, j] &= s.mask.numpy()[:, s.devices.index(d)]
-    none = np.nonzero(~ok.any(axis=1))[0]
-    if none.size:
-        op = module.graph.ops[none[0]]
-        raise InputError(f"no device of {list(devices)} can run op '{op.name}' ({op.type})")
-    return ok
 
 
 def _uniform_choice(ok: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -67,98 +46,67 @@ def _uniform_choice(ok: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.argmax(np.cumsum(ok, axis=1) > k[:, None], axis=1)
 
 
-def _report(module: Module, sim: Simulator | None, dev: np.ndarray) -> dict:
-    if sim is None or not dev.size:
-        return {}
-    comp, copy, nsub = sim.terms(dev)
-    return {"simulated": comp + copy + sim.overhead * nsub, "compute": comp, "copy": copy,
-            "subgraphs": nsub, "lower_bound": lower_bound(module, sim.devices)}
+def _coarse_of_groups(ctx: PlaceContext) -> np.ndarray | None:
+    """The coarse group of every tie group (that of its first member op), when coarsened."""
+    co = ctx.module.coarse
+    if co is None or not ctx.problem.n_groups:
+        return None
+    st = ctx.problem.structure
+    return co.group_of.numpy().astype(np.int64)[st.m_ops[st.m_ptr[:-1]]]
 
 
-@placer("random", requires=("support",))
-def random_placement(module: Module, req: PlaceRequest) -> Placed:
-    """Uniformly random supported device per op (per coarse group when coarsened), seeded."""
-    ok = _allowed(module, req.devices)
-    rng = np.random.default_rng(req.seed)
-    sim = Simulator(module, req.devices) if module.costs is not None else None
-    co = module.coarse
-    if co is not None and module.graph.n_ops:
-        gof = co.group_of.numpy().astype(np.int64)
-        gbad = np.zeros((co.n_groups, ok.shape[1]), bool)
-        np.logical_or.at(gbad, gof, ~ok)
-        gok = ~gbad
-        if gok.any(axis=1).all():
-            gdev = _uniform_choice(gok, rng)
-            info = {"seed": req.seed, "groups": co.n_groups, **_report(module, sim, gdev[gof])}
-            return Placed(gof.astype(np.int32), gdev.astype(np.int16), info)
-    dev = _uniform_choice(ok, rng)
-    return Placed.per_op(dev, {"seed": req.seed, **_report(module, sim, dev)})
+def random_placement(o: Random, ctx: PlaceContext) -> Placed:
+    """Uniformly random allowed device per tie group (per coarse group when coarsened), seeded."""
+    p = ctx.problem
+    rng = np.random.default_rng(ctx.seed)
+    info = {"seed": ctx.seed}
+    cog = _coarse_of_groups(ctx)
+    gdev = None
+    if cog is not None:
+        nc = int(cog.max()) + 1
+        cbad = np.zeros((nc, p.n_devices), bool)
+        np.logical_or.at(cbad, cog, ~p.allowed)
+        if (~cbad).any(axis=1).all():
+            gdev = _uniform_choice(~cbad, rng)[cog]
+            info["coarse_groups"] = nc
+    if gdev is None:
+        gdev = _uniform_choice(p.allowed, rng) if p.n_groups else np.zeros(0, np.int64)
+    if p.has_costs:
+        info.update(Simulator(p).report(gdev))
+    return Placed(gdev.astype(np.int16), info)
 
 
-@placer("heft", requires=("support", "costs"))
-def heft(module: Module, req: PlaceRequest) -> Placed:
-    """HEFT list scheduling: upward rank, earliest finish time with transfer costs."""
-    sim = Simulator(module, req.devices)
-    n = sim.n_ops
-    if not n:
-        return Placed.per_op(np.zeros(0, np.int16))
-    _allowed(module, req.devices)
-    time = sim.time
-    src = sim.p_src
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(sim.p_ptr))
-    order = np.argsort(src, kind="stable")
-    s_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=s_ptr[1:])
-    rank = K.upward_rank(time, s_ptr, dst[order], sim.p_cost[order])
-    sched = np.lexsort((np.arange(n), -rank)).astype(np.int64)
-    dev = np.full(n, -1, np.int64)
-    makespan = K.heft_schedule(sched, time, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
-    info = {"makespan": float(makespan), **_report(module, sim, dev),
-            "parallel": sim.latency_parallel(dev)}
-    return Placed.per_op(dev, info)
+def heft(o: Heft, ctx: PlaceContext) -> Placed:
+    """HEFT list scheduling over tie groups: upward rank, earliest finish time with transfer costs."""
+    p = ctx.problem
+    sim = Simulator(p)
+    k = p.n_groups
+    if not k:
+        return Placed(np.zeros(0, np.int16))
+    rank = K.upward_rank(sim.time, sim.s_ptr, sim.s_dst, sim.s_cost)
+    sched = np.lexsort((np.arange(k), -rank)).astype(np.int64)
+    dev = np.full(k, -1, np.int64)
+    makespan = K.heft_schedule(sched, sim.time, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
+    return Placed(dev.astype(np.int16), {"makespan": float(makespan), **sim.report(dev),
+                                         "parallel": sim.latency_parallel(dev)})
 
 
 class _Model:
-    """The optimisation model: clusters of tied ops, their costs and the copy terms."""
+    """The optimisation model over tie groups: their costs and the copy terms.
 
-    def __init__(self, module: Module, sim: Simulator, penalty: float):
-        g = module.graph
-        n = g.n_ops
-        indptr, indices = g.indptr.numpy(), g.indices.numpy()
-        types = [op.type for op in g.ops]
-        ok = np.isfinite(sim.time)
-        root = np.arange(n, dtype=np.int64)
-        for i in range(n - 1, -1, -1):  # consumers first, so chains resolve to the last consumer
-            if (sim.const_like[i] or types[i] == "Parameter") and indptr[i + 1] > indptr[i]:
-                r = root[indices[indptr[i]]]
-                both = ok[r] & ok[i]
-                if both.any():  # a tie that no device can honour is left out (assign breaks it too)
-                    root[i] = r
-                    ok[r] = both
-        res = np.nonzero(sim.res_src >= 0)[0]
-        root[res] = root[sim.res_src[res]]
-        uniq, self.cluster_of = np.unique(root, return_inverse=True)
-        self.cluster_of = self.cluster_of.reshape(-1)
-        self.k = k = uniq.shape[0]
-        cost = np.zeros((k, sim.n_devices))
-        np.add.at(cost, self.cluster_of, sim.time)
-        self.cost = cost
-        if not np.isfinite(cost).any(axis=1).all():
-            raise AssertionError("a tied cluster has no device; ties are only made when one exists")
-        T = sim.tensors
-        tc = np.repeat(np.arange(T.n, dtype=np.int64), np.diff(T.ptr))
-        pc = self.cluster_of[T.prod][tc]
-        qc = self.cluster_of[T.cons]
-        keep = pc != qc
-        pairs = np.unique(np.stack([tc[keep], qc[keep]], axis=1), axis=0).reshape(-1, 2)
-        used = np.unique(pairs[:, 0])
-        remap = np.full(T.n, -1, np.int64)
-        remap[used] = np.arange(used.shape[0])
-        self.n_t = used.shape[0]
-        self.t_prod = self.cluster_of[T.prod[used]]
-        self.t_w = T.cost[used] + penalty
-        self.pair_t = remap[pairs[:, 0]]
-        self.pair_q = pairs[:, 1]
+    ``t_w[t]`` charges one copy of tensor ``t`` (plus the boundary penalty) for every device other
+    than its producer's on which a consumer group runs; ``pair_t``/``pair_q`` list each tensor's
+    consumer groups."""
+
+    def __init__(self, problem, penalty: float):
+        st = problem.structure
+        self.k = problem.n_groups
+        self.cost = np.asarray(problem.time)
+        self.n_t = st.n_tensors
+        self.t_prod = st.t_prod.astype(np.int64)
+        self.t_w = np.asarray(problem.t_cost) + penalty
+        self.pair_t = np.repeat(np.arange(self.n_t, dtype=np.int64), np.diff(st.t_ptr))
+        self.pair_q = st.t_cons.astype(np.int64)
 
     def objective(self, cdev: np.ndarray) -> float:
         """Exact objective of a device per cluster."""
@@ -290,35 +238,24 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
     return np.argmax(x, axis=1), info
 
 
-@placer("optimal", requires=("support", "costs"))
-def optimal(module: Module, req: PlaceRequest) -> Placed:
-    """Exact optimum of the sequential cost model: min-cut (2 devices) or ILP (optimal:ilp, >2)."""
-    sim = Simulator(module, req.devices)
-    n = sim.n_ops
-    if not n:
-        return Placed.per_op(np.zeros(0, np.int16))
-    _allowed(module, req.devices)
-    opts = req.options
-    penalty = opts.get("boundary_penalty")
-    penalty = sim.overhead if penalty is None else float(penalty)
-    if penalty < 0:
-        raise InputError(f"optimal: boundary_penalty must be >= 0, got {penalty}")
-    solver = req.arg or ("mincut" if sim.n_devices == 2 else "ilp")
-    if solver not in ("mincut", "ilp"):
-        raise InputError(f"optimal:{req.arg}: unknown solver (use optimal:mincut or optimal:ilp)")
-    if solver == "mincut" and sim.n_devices != 2:
-        raise InputError(f"optimal:mincut needs exactly 2 devices, the target has {sim.n_devices}")
-    m = _Model(module, sim, penalty)
+def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
+    """Exact optimum of the sequential cost model over tie groups: min-cut (2 devices) or ILP."""
+    p = ctx.problem
+    sim = Simulator(p)
+    if not p.n_groups:
+        return Placed(np.zeros(0, np.int16))
+    penalty = sim.overhead if o.boundary_penalty is None else float(o.boundary_penalty)
+    solver = o.solver or ("mincut" if p.n_devices == 2 else "ilp")
+    if solver == "mincut" and p.n_devices != 2:
+        raise InputError(f"optimal:mincut needs exactly 2 devices, the target has {p.n_devices}")
+    m = _Model(p, penalty)
     t0 = _time.perf_counter()
-    if sim.n_devices == 1:
-        cdev, info = np.zeros(m.k, np.int64), {"solver": "trivial"}
+    if p.n_devices == 1:
+        gdev, info = np.zeros(m.k, np.int64), {"solver": "trivial"}
     elif solver == "mincut":
-        cdev, info = _mincut(m)
+        gdev, info = _mincut(m)
     else:
-        cdev, info = _ilp(m, opts.get("time_limit", 60.0), opts.get("mip_gap", 1e-4))
+        gdev, info = _ilp(m, o.time_limit, o.mip_gap)
     info["solve_seconds"] = _time.perf_counter() - t0
-    dev = cdev[m.cluster_of]
-    info.update(objective=m.objective(cdev), boundary_penalty=penalty, clusters=m.k,
-                **_report(module, sim, dev))
-    return Placed.per_op(dev, info)
-
+    info.update(objective=m.objective(gdev), boundary_penalty=penalty, groups=m.k, **sim.report(gdev))
+    return Placed(gdev.astype(np.int16), info)

@@ -324,6 +324,7 @@ class _Source(msgspec.Struct, frozen=True):
     structure: str | None  # digest of the caller's op structure (ops are identified by position)
     n_ops: int | None
     digest: str
+    roles: bytes | None = None  # int8 per op (hdp.placement.structure.roles): placements are legalized
 
 
 def _source_of(source, tmpdir_factory) -> _Source:
@@ -334,8 +335,10 @@ def _source_of(source, tmpdir_factory) -> _Source:
         spec = source.meta.get("specialisation", "")
         if not spec:
             raise InputError("this module records no specialisation (lowered by an older hdp); lower it again")
+        from hdp.placement.structure import roles
+
         return _Source(str(xml), spec, graph_structure(source.graph).digest(), source.graph.n_ops,
-                       f"{digest}:{spec}")
+                       f"{digest}:{spec}", roles(source.graph).tobytes())
     if isinstance(source, (str, os.PathLike)):
         xml = Path(source)
         if not xml.is_file():
@@ -521,7 +524,8 @@ class Measurer:
             return self._loaded
         self._loaded = None
         load = {"op": "load", "xml": self.source.xml, "spec": self.source.spec,
-                "structure": self.source.structure, "target": msgspec.to_builtins(self.target)}
+                "structure": self.source.structure, "roles": self.source.roles,
+                "target": msgspec.to_builtins(self.target)}
         reply = self._worker.call(load, max(self.timeout, LOAD_TIMEOUT))
         if not reply["ok"]:
             self._worker.close()

@@ -58,28 +58,19 @@ from hdp.ir.build import edge_sources, predecessors_csr
 from hdp.ir.types import Array, Costs, Graph, Module
 from hdp.runtime.target import PRECISION_BYTES, Device, Target
 
-#: Op types that never cost time (HETERO keeps them with their neighbours).
-FREE_TYPES = frozenset({"Parameter", "Constant", "Result"})
-#: Op types whose output is a constant in a static-shaped model.
-CONSTANT_SOURCES = frozenset({"Constant", "ShapeOf"})
 _FLOAT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
 #: Half the 1 µs resolution of OpenVINO's per-node counters (each run's duration is truncated).
 COUNTER_FLOOR = 0.5e-6
 
 
 def zero_cost_ops(graph: Graph) -> np.ndarray:
-    """Bool per op: Parameter/Constant/Result, or computed only from constants (folded)."""
-    n = graph.n_ops
-    free = np.zeros(n, bool)
-    const = np.zeros(n, bool)
-    pindptr, preds = predecessors_csr(graph)
-    for i, op in enumerate(graph.ops):
-        if op.type in CONSTANT_SOURCES:
-            const[i] = True
-        elif op.type != "Parameter" and pindptr[i + 1] > pindptr[i]:
-            const[i] = const[preds[pindptr[i]:pindptr[i + 1]]].all()
-        free[i] = const[i] or op.type in FREE_TYPES
-    return free
+    """Bool per op: Parameter/Constant/Result, or constant data (computed only from Constants
+    and ShapeOfs, folded at compile time; :mod:`hdp.placement.structure`)."""
+    from hdp.placement.problem import FREE_TYPES
+    from hdp.placement.structure import CONE, roles
+
+    types = np.array([op.type for op in graph.ops], dtype=object)
+    return (roles(graph) == CONE) | np.isin(types, list(FREE_TYPES))
 
 
 def op_bytes(graph: Graph, precision: str | None = None) -> np.ndarray:

@@ -48,6 +48,7 @@ import sys
 import time
 
 import msgspec
+import numpy as np
 
 _ENC = msgspec.msgpack.Encoder()
 _DEC = msgspec.msgpack.Decoder()
@@ -175,6 +176,10 @@ class Worker:
         spec = fe.Specialisation.from_json(text, xml) if text else fe.plan_specialisation(original, xml)
         self.model = fe.specialise(original, spec, xml, runnable=True)
         self.ops = list(self.model.get_ordered_ops())
+        self.roles = np.frombuffer(req["roles"], np.int8) if req.get("roles") else None
+        if self.roles is not None and self.roles.shape[0] != len(self.ops):
+            raise InputError(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
+                             f"{len(self.ops)}; lower it again")
         want = req.get("structure")
         if want is not None and fe.op_structure(self.ops).digest() != want:
             raise InputError(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
@@ -230,9 +235,9 @@ class Worker:
         return times, (before, _counters(req)) if perf else None
 
     def _compile_placed(self, req: dict):
-        """(compiled model, compile seconds) of the placement in ``req`` (``devices``, ``device_of``)."""
-        import numpy as np
-
+        """(compiled model, compile seconds) of the placement in ``req`` (``devices``, ``device_of``).
+        With the roles of the caller's module, a placement over several devices is compiled as hdp
+        writes it (:func:`hdp.ir.openvino_legalize.legalize`, on a copy of the model)."""
         from hdp.errors import InputError
         from hdp.runtime.devices import hetero_name
 
@@ -241,11 +246,22 @@ class Worker:
         if dev_of.shape[0] != len(self.ops):
             raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.ops)}")
         used = [d for k, d in enumerate(devices) if (dev_of == k).any()]
-        for op, k in zip(self.ops, dev_of):
-            op.get_rt_info()["affinity"] = devices[int(k)]
+        names = [devices[int(k)] for k in dev_of]
+        model = self.model
+        if self.roles is not None and len(used) > 1:
+            from hdp.ir.openvino_legalize import legalize
+
+            model = self.model.clone()
+            legalize(model, list(model.get_ordered_ops()), self.roles, names)
+            for op in model.get_ordered_ops():
+                rt = op.get_rt_info()
+                rt["affinity"] = rt["user_dataaffinity"].astype(str)
+        else:
+            for op, d in zip(self.ops, names):
+                op.get_rt_info()["affinity"] = d
         core = self.core(tuple(used))
         t0 = time.perf_counter()
-        compiled = core.compile_model(self.model, hetero_name(used), {})
+        compiled = core.compile_model(model, hetero_name(used), {})
         return compiled, time.perf_counter() - t0
 
     def measure(self, req: dict) -> dict:

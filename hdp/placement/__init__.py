@@ -1,0 +1,14 @@
+"""The placement core: one home for what a placement may and may not do.
+
+- :mod:`hdp.placement.structure` — from the graph alone: which ops are placed and which follow
+  others (constant data, replicated shape chains), the tie groups (ops that must share a device)
+  and the acyclic graph over them.
+- :mod:`hdp.placement.problem` — :class:`PlacementProblem`: the structure plus a target's devices,
+  the allowed mask (support and finite cost over whole tie groups), the time of every group on
+  every device and the copy cost of every tensor. Every placer, the simulator, ``assign``,
+  refinement and the learned placer's graph consume only this.
+
+The rules, and the HETERO failure each prevents, are listed in :mod:`hdp.placement.structure`.
+Nothing here imports openvino; the rewrite of the written model that the rules call for lives in
+:mod:`hdp.ir.openvino_legalize`.
+"""

@@ -1,0 +1,155 @@
+"""The placement problem: a graph's structure on a target's devices, with times and copy costs.
+
+Built once from a Module (its graph, support and costs) by :func:`problem_of`; every placer maps
+it to a device per tie group, the simulator prices such a vector, and ``assign`` expands it to a
+device per op (:meth:`Structure.op_devices`).
+
+- ``allowed[g, d]``: every placed member of group ``g``, and every replicated op it gets a copy
+  of, is supported by device ``d`` and has a finite time there. Constant data needs no support
+  (it is data of its consumer), nor do Parameters and Results.
+- ``time[g, d]``: the members' times plus the times of the replicated copies (``inf`` where not
+  allowed); 0 everywhere without a cost table.
+- ``t_cost[t]``: seconds one copy of tensor ``t`` costs across a device boundary
+  (``link_latency + bytes / link_bandwidth``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import msgspec
+
+from hdp.errors import InputError
+from hdp.ir.types import Module
+from hdp.placement.structure import CONE, Structure, build_structure
+
+#: Op types that take no time on any device (HETERO keeps them with their neighbours).
+FREE_TYPES = frozenset({"Parameter", "Constant", "Result"})
+
+
+class PlacementProblem(msgspec.Struct, frozen=True):
+    """See the module docstring. Arrays are read-only numpy arrays."""
+
+    devices: tuple[str, ...]
+    structure: Structure
+    time: np.ndarray  # float64 n_groups x n_devices
+    allowed: np.ndarray  # bool n_groups x n_devices
+    op_time: np.ndarray  # float64 n_ops x n_devices: the cost table in device order (0 without one)
+    t_cost: np.ndarray  # float64 per tensor
+    link_latency: float = 0.0
+    link_bandwidth: float = float("inf")
+    subgraph_overhead: float = 0.0
+    has_costs: bool = False
+
+    @property
+    def n_groups(self) -> int:
+        return self.structure.n_groups
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def n_ops(self) -> int:
+        return self.structure.n_ops
+
+    def device_index(self, name: str) -> int:
+        if name not in self.devices:
+            raise InputError(f"unknown device '{name}' (target devices: {', '.join(self.devices)})")
+        return self.devices.index(name)
+
+    def op_devices(self, group_device) -> np.ndarray:
+        """int16 device per op (see :meth:`Structure.op_devices`)."""
+        return self.structure.op_devices(group_device)
+
+    def single(self, d: int) -> np.ndarray:
+        """Every group on device ``d``."""
+        return np.full(self.n_groups, d, np.int16)
+
+    def lower_bound(self) -> float:
+        """Σ over groups of the fastest allowed device's time: no placement is faster."""
+        if not self.n_groups:
+            return 0.0
+        return float(np.where(self.allowed, self.time, np.inf).min(axis=1).sum())
+
+
+def _columns(names: tuple[str, ...], devices: tuple[str, ...], what: str) -> list[int]:
+    missing = [d for d in devices if d not in names]
+    if missing:
+        raise InputError(f"{what} cover devices {', '.join(names)}, not {', '.join(missing)}; "
+                         f"run the passes again for this target")
+    return [names.index(d) for d in devices]
+
+
+def build_problem(module: Module, devices: tuple[str, ...] | None = None) -> PlacementProblem:
+    """The problem of ``module`` on ``devices`` (default: the devices of its support, else costs)."""
+    g = module.graph
+    if devices is None:
+        src = module.support or module.costs
+        if src is None:
+            raise InputError("placing needs the devices: run the support pass first")
+        devices = tuple(src.devices)
+    devices = tuple(devices)
+    st = build_structure(g)
+    n, nd = g.n_ops, len(devices)
+    types = np.array([op.type for op in g.ops], dtype=object)
+    free = np.isin(types, list(FREE_TYPES)) | (st.role == CONE)  # no time, no support needed
+    ok = np.ones((n, nd), bool)
+    if module.support is not None:
+        ok &= module.support.mask.numpy()[:, _columns(module.support.devices, devices, "support results")]
+    op_time = np.zeros((n, nd))
+    c = module.costs
+    if c is not None:
+        t = np.array(c.op_time.numpy()[:, _columns(c.devices, devices, "costs")], np.float64)
+        t[np.isnan(t)] = np.inf
+        ok &= np.isfinite(t)
+        op_time = np.where(free[:, None], 0.0, t)
+    ok[free] = True
+    op_time = np.where(ok, op_time, np.inf)
+
+    k = st.n_groups
+    time = np.zeros((k, nd))
+    bad = np.zeros((k, nd), np.int64)
+    pl = st.group_of >= 0
+    np.add.at(time, st.group_of[pl], np.where(ok[pl], op_time[pl], 0.0))
+    np.add.at(bad, st.group_of[pl], ~ok[pl])
+    if st.r_ops.size:
+        rg = np.repeat(np.arange(k), np.diff(st.r_ptr))
+        np.add.at(time, rg, np.where(ok[st.r_ops], op_time[st.r_ops], 0.0))
+        np.add.at(bad, rg, ~ok[st.r_ops])
+    allowed = bad == 0
+    none = np.nonzero(~allowed.any(axis=1))[0]
+    if none.size:
+        gbad = int(none[0])
+        members = list(st.members(gbad)) + list(st.r_ops[st.r_ptr[gbad]:st.r_ptr[gbad + 1]])
+        culprit = next((m for m in members if not ok[m].all()), members[0])
+        op = g.ops[culprit]
+        tied = f" (tied with {len(members) - 1} other ops)" if len(members) > 1 else ""
+        raise InputError(f"no device of {list(devices)} can run op '{op.name}' ({op.type}){tied}")
+    time = np.where(allowed, time, np.inf)
+    if c is not None:
+        lat, bw, ovh = float(c.link_latency), float(c.link_bandwidth), float(c.subgraph_overhead)
+        t_cost = lat + st.t_bytes / (bw if bw > 0 else np.inf)
+    else:
+        lat, bw, ovh = 0.0, float("inf"), 0.0
+        t_cost = np.zeros(st.n_tensors)
+    for a in (time, allowed, op_time, t_cost):
+        a.setflags(write=False)
+    return PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
+                            t_cost=t_cost, link_latency=lat, link_bandwidth=bw, subgraph_overhead=ovh,
+                            has_costs=c is not None)
+
+
+_CACHE: list[tuple[tuple, PlacementProblem]] = []
+
+
+def problem_of(module: Module, devices: tuple[str, ...] | None = None) -> PlacementProblem:
+    """:func:`build_problem`, reused while the same graph, support and costs objects are asked
+    about again (a compile builds it once for partition, assign and the report)."""
+    key = (module.graph, module.support, module.costs, None if devices is None else tuple(devices))
+    for k, p in _CACHE:
+        if len(k) == len(key) and all(a is b for a, b in zip(k, key)):
+            return p
+    p = build_problem(module, devices)
+    _CACHE.insert(0, (key, p))
+    del _CACHE[4:]
+    return p

@@ -1,0 +1,164 @@
+"""The placement methods as typed option values (what ``--method`` and ``--set`` build).
+
+Each method is a frozen Struct whose tag is its name; the ``partition`` pass holds one of them
+(:data:`Method`, a tagged union), so the options of one method never leak into another's and
+every option is part of the pass's cache key. This module is light: the implementations are
+imported only when a method runs (:func:`hdp.placers.implementation`).
+
+``--method NAME:ARG`` sets the method's ``arg_field`` (``single:CPU_B``, ``hetero-auto:NPU,CPU``,
+``optimal:ilp``, ``hsdag:measure``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Union
+
+import msgspec
+
+from hdp.errors import InputError
+
+
+class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="method"):
+    """Base of every method's options."""
+
+    #: Module stages the method needs beyond graph and support.
+    needs: ClassVar[tuple[str, ...]] = ()
+    #: The field ``--method NAME:ARG`` sets (empty: the method takes no argument).
+    arg_field: ClassVar[str] = ""
+    #: Whether the result depends on ``seed``.
+    seeded: ClassVar[bool] = False
+    #: One line for ``hdp passes``.
+    summary: ClassVar[str] = ""
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.__struct_config__.tag
+
+    def check(self) -> None:
+        """Raise InputError naming the first unusable option."""
+
+    def label(self) -> str:
+        """``name`` or ``name:arg``, as given to ``--method``."""
+        arg = getattr(self, self.arg_field) if self.arg_field else ""
+        if isinstance(arg, tuple):
+            arg = ",".join(arg)
+        return f"{self.name()}:{arg}" if arg and arg != "auto" else self.name()
+
+
+class Single(PlacerOptions, tag="single"):
+    device: str = ""  # "" = the target's first device
+    arg_field = "device"
+    summary = "every op on one device: single:<DEVICE> (default: the target's first device)"
+
+
+class HeteroAuto(PlacerOptions, tag="hetero-auto"):
+    priority: tuple[str, ...] = ()  # () = the target's order
+    arg_field = "priority"
+    summary = "OpenVINO's rule: each op on the first device (in priority order) that supports it"
+
+
+class Random(PlacerOptions, tag="random"):
+    seeded = True
+    summary = "a uniformly random allowed device per tie group (per coarse group when coarsened), seeded"
+
+
+class Heft(PlacerOptions, tag="heft"):
+    needs = ("costs",)
+    summary = "HEFT list scheduling: upward rank, earliest finish time with transfer costs"
+
+
+class Optimal(PlacerOptions, tag="optimal"):
+    solver: str = ""  # "" = mincut for 2 devices, ilp for more
+    time_limit: float = 60.0  # ILP seconds
+    mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
+    boundary_penalty: float | None = None  # seconds per copy (default: the subgraph overhead)
+    needs = ("costs",)
+    arg_field = "solver"
+    summary = "exact optimum of the sequential cost model: min-cut (2 devices) or ILP (optimal:ilp, >2)"
+
+    def check(self) -> None:
+        if self.solver not in ("", "mincut", "ilp"):
+            raise InputError(f"optimal:{self.solver}: unknown solver (use optimal:mincut or optimal:ilp)")
+        if not self.time_limit > 0:
+            raise InputError(f"optimal: time_limit must be > 0, got {self.time_limit}")
+        if not 0 <= self.mip_gap < 1:
+            raise InputError(f"optimal: mip_gap must be in [0, 1), got {self.mip_gap}")
+        if self.boundary_penalty is not None and not 0 <= self.boundary_penalty < float("inf"):
+            raise InputError(f"optimal: boundary_penalty must be a finite number >= 0, got {self.boundary_penalty}")
+
+
+class Hsdag(PlacerOptions, tag="hsdag"):
+    """The learned placer (see hdp/placers/hsdag.py for each option's meaning)."""
+
+    reward: str = "auto"  # auto | simulate | measure
+    measure_runs: int = 10
+    budget: float = 120.0  # seconds of training, 0 = no limit
+    placements: int = 0  # max placements evaluated, 0 = no limit
+    episodes: int = 25
+    samples: int = 20
+    lr: float = 1e-3
+    hidden: int = 128
+    warm_start: str = "optimal"  # none | a placer name
+    policy: str = ""  # checkpoint to resume or reuse
+    checkpoint: str = ""  # checkpoint to write
+    report: str = ""  # directory for curve.csv / curve.png / summary.json
+    algo: str = "reinforce"  # reinforce | ppo
+    entropy: float = 0.01
+    reward_shape: str = "neglog"  # neglog | inverse
+    baseline: str = "batch"  # batch | ema
+    cost_aware: bool = True
+    needs = ("costs", "features", "coarse")
+    arg_field = "reward"
+    seeded = True
+    summary = "HSDAG: GNN + graph parsing + policy gradient on simulated or measured latency (hsdag[:measure])"
+
+    def check(self) -> None:
+        if self.reward not in ("auto", "simulate", "measure"):
+            raise InputError(f"hsdag option 'reward': 'auto', 'simulate' or 'measure', not '{self.reward}'")
+        if self.measure_runs < 1:
+            raise InputError("hsdag option 'measure_runs' must be >= 1")
+        if not (0 <= self.budget < float("inf")) or self.placements < 0:
+            raise InputError("hsdag options 'budget' and 'placements' must be finite and >= 0")
+        for f in ("episodes", "samples", "hidden"):
+            if getattr(self, f) < 1:
+                raise InputError(f"hsdag option '{f}' must be >= 1")
+        if not 0 < self.lr < 1:
+            raise InputError(f"hsdag option 'lr' must be in (0, 1), got {self.lr}")
+        if not 0 <= self.entropy < float("inf"):
+            raise InputError(f"hsdag option 'entropy' must be a finite number >= 0, got {self.entropy}")
+        if self.warm_start == "hsdag":
+            raise InputError("hsdag option 'warm_start' cannot be hsdag itself")
+
+
+Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag]
+METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, Random, Heft, Optimal, Hsdag)}
+
+
+def method_from(spec: str, options: dict | None = None) -> PlacerOptions:
+    """Options of ``--method NAME[:ARG]`` with ``options`` (strings are converted; unknown keys
+    and bad values are InputErrors naming the option)."""
+    name, _, arg = spec.partition(":")
+    cls = METHODS.get(name)
+    if cls is None:
+        raise InputError(f"unknown method '{spec}' (known: {', '.join(sorted(METHODS))})")
+    fields = {f.name: f for f in msgspec.structs.fields(cls)}
+    data = dict(options or {})
+    if arg:
+        if not cls.arg_field:
+            raise InputError(f"method '{name}' takes no argument (got '{spec}')")
+        data[cls.arg_field] = arg
+    for k, v in list(data.items()):  # strings from the command line: "NPU,CPU", "none"
+        f = fields.get(k)
+        if f is None or not isinstance(v, str):
+            continue
+        if f.type == tuple[str, ...]:
+            data[k] = tuple(a for a in v.split(",") if a)
+        elif f.default is None and v.lower() in ("none", ""):
+            data[k] = None
+    data["method"] = name
+    try:
+        opts = msgspec.convert(data, cls, strict=False)
+    except msgspec.ValidationError as e:
+        raise InputError(f"method '{name}': invalid option: {e}") from None
+    opts.check()
+    return opts
