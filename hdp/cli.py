@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import click
+import msgspec
 
 from hdp.cli_common import cache_scoped, pass_cache, shape_options, shape_request, target_from, user_errors, with_options
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
@@ -45,6 +46,9 @@ def main():
 @click.option("--timings", type=click.Path(dir_okay=False), default=None, help="Write per-pass timings as JSON.")
 @click.option("--dump-ir", type=click.Path(file_okay=False), default=None, help="Save the Module after each pass.")
 @click.option("--emit-ir", type=click.Path(dir_okay=False), default=None, help="Save the final Module (.hdp).")
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Before writing, run the placed model under HETERO against the original (modeled "
+                   "devices on CPU stand-ins); repair or fall back to one device if it fails.")
 @click.option("--compare/--no-compare", default=True, show_default=True,
               help="Measure the placement against the plain compile on each real device and say "
                    "which is faster (real targets only; skipped with --quiet).")
@@ -53,7 +57,7 @@ def main():
 @user_errors
 @cache_scoped
 def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
-                policy, refine, timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
+                policy, refine, timings, dump_ir, emit_ir, check, compare, quiet, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.serde import save
@@ -77,11 +81,38 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     schedule = compile_schedule(tgt, method, seed, opts, refine=refine)
     module = lower_cached(model, shapes, cache, instruments)
     module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
-    for ins in instruments:
-        ins.before("raise", "")
-    write_placed(module, out, tgt)
-    for ins in instruments:
-        ins.after("raise", "", False, module)
+    report: list[str] = []
+    checker = None
+    try:
+        if check:
+            from hdp.runtime.verify import PlacementChecker, verify_and_repair
+
+            def replace(m, ties):
+                partition = msgspec.structs.replace(schedule[-2], extra_ties=ties)
+                base = m.replace(partition=None, placement=None)
+                return PassManager([partition, schedule[-1]], cache=cache, instruments=instruments).run(base)
+
+            for ins in instruments:
+                ins.before("check", "")
+            checker = PlacementChecker(module, tgt)
+            verified = verify_and_repair(module, tgt, replace, checker)
+            module = verified.module
+            report += [f"learned: {line}" for line in verified.learned] + verified.lines
+            if verified.fallback:
+                report.append(f"fell back to every op on {verified.fallback}: the placement did not run "
+                              f"({module.placement.info.get('fallback_reason')})")
+            report.append(verified.result.describe())
+            for ins in instruments:
+                ins.after("check", "", False, module)
+        for ins in instruments:
+            ins.before("raise", "")
+        used = sorted({module.placement.devices[int(d)] for d in module.placement.device_of.numpy()})
+        write_placed(module, out, tgt, check=(lambda tmp: checker.check_file(tmp, used)) if checker else None)
+        for ins in instruments:
+            ins.after("raise", "", False, module)
+    finally:
+        if checker is not None:
+            checker.close()
     if emit_ir:
         save(module, emit_ir)
     if timings:
@@ -94,6 +125,8 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
         info = pl.info
         if info.get("message"):
             click.echo(info["message"])
+        for line in report:
+            click.echo(line)
         if "best_latency_s" in info:
             click.echo(f"hsdag ({info.get('reward')} reward): best {float(info['best_latency_s']) * 1e3:.3f} ms "
                        f"from {info.get('best_source')}, {info.get('placements_evaluated')} placements "

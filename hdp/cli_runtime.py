@@ -117,6 +117,8 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     same process until the difference is resolved; comparisons are never cached. A plain
     (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
     """
+    import msgspec
+
     from hdp.errors import InputError
     from hdp.runtime.measure import MeasureError, Measurer, evaluate_placed
     from hdp.runtime.stats import SequentialPlan
@@ -126,20 +128,27 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
                           max_seconds=max_seconds)
     try:
-        res = evaluate_placed(placed, tgt, plain=plain, plan=plan, **kw)
+        res = evaluate_placed(placed, tgt, plain=plain, plan=plan, check=True, **kw)
     except InputError as e:
         if not plain or "not a placed model" not in str(e):
             raise
         with Measurer(placed, tgt or _load_target(None, None), **kw) as m:
             res = {"plain": m.plain(plain)}
     comparison = res.pop("comparison", None)
+    checked = res.pop("check", None)
+    if checked is not None and not checked.passed:
+        raise MeasureError(f"{placed}: the placed model {checked.describe()}")
     if as_json:
         out = {k: v.to_dict() for k, v in res.items()}
+        if checked is not None:
+            out["check"] = msgspec.to_builtins(checked)
         if comparison is not None:
             out["comparison"] = comparison.to_dict()
             out["speedup_vs_plain"] = 1.0 / comparison.ratio  # plain time / placed time (estimate)
         click.echo(json.dumps(out, indent=2))
     else:
+        if checked is not None:
+            click.echo(checked.describe())
         for k, m in res.items():
             click.echo(f"{m.what} on {m.target}: {m.summary()}"
                        + (f"; compile {m.compile_seconds:.2f} s" if m.ok and not m.cached else ""))

@@ -66,8 +66,10 @@ def legalize_placed(model, ov_ops, module: Module) -> dict:
     return stats
 
 
-def write_placed(module: Module, out_xml: str | os.PathLike, target=None) -> Path:
-    """Write ``out_xml`` and its ``.bin`` atomically (temporary files, then rename)."""
+def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=None) -> Path:
+    """Write ``out_xml`` and its ``.bin`` atomically (temporary files, then rename). ``check``, if
+    given, is called with the temporary ``.xml`` before anything is renamed; it returns a result
+    with ``passed`` and ``describe()``, and a failed check leaves no output (InputError)."""
     import openvino as ov
 
     if module.placement is None:
@@ -83,6 +85,10 @@ def write_placed(module: Module, out_xml: str | os.PathLike, target=None) -> Pat
     try:
         tmp_xml = Path(tmpdir) / "placed.xml"
         ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+        if check is not None:
+            result = check(tmp_xml)
+            if not result.passed:
+                raise InputError(f"{out_xml}: not written: the placed model {result.describe()}")
         os.replace(tmp_xml.with_suffix(".bin"), out_xml.with_suffix(".bin"))
         os.replace(tmp_xml, out_xml)
     finally:

@@ -414,6 +414,58 @@ def _with_inputs(model, spec: Specialisation, xml):
     return clone
 
 
+class CheckRun(msgspec.Struct, frozen=True):
+    """One inference of a placement check: the input shapes, and whether the state carries over
+    from the run before (a generation step) rather than starting fresh."""
+
+    spec: Specialisation
+    keep_state: bool = False
+
+
+def check_runs(model, spec: Specialisation, xml: str | os.PathLike = "<model>") -> list[CheckRun]:
+    """The inferences that check a placed model against the original (``model``, unchanged):
+
+    - the specialisation hdp placed for;
+    - a dynamic model also at a second shape: batch 2 and, for transformer-style inputs, about half
+      the sequence length (when the model accepts it);
+    - a stateful model: the prefill, then two single-token steps with the state carried.
+    """
+    runs = [CheckRun(spec)]
+    if spec.state:
+        L = spec.seq_len or DEFAULT_SEQ_LEN
+        for k in (0, 1):
+            try:
+                step = plan_specialisation(model, xml, ShapeRequest(seq_len=L + k, phase="decode"))
+            except InputError:
+                break
+            runs.append(CheckRun(step, keep_state=True))
+        return runs
+    ps = [inp.get_partial_shape() for inp in model.inputs]
+    if all(p.is_static for p in ps):
+        return runs
+    new = []
+    for ins, p, inp in zip(spec.inputs, ps, model.inputs):
+        shape = list(ins.shape)
+        if p.rank.is_static:
+            token = bool(_token_role(inp))
+            for k, d in enumerate(p):
+                if d.is_static:
+                    continue
+                if k == 0:
+                    shape[k] = 2
+                elif token and shape[k] > 1:
+                    shape[k] = shape[k] // 2 + 1
+        new.append(InputSpec(ins.name, tuple(shape), ins.type))
+    alt = msgspec.structs.replace(spec, inputs=tuple(new))
+    if alt.inputs != spec.inputs:
+        try:
+            specialise(model, alt, xml, runnable=True)
+        except InputError:
+            return runs
+        runs.append(CheckRun(alt))
+    return runs
+
+
 def specialise(model, spec: Specialisation, xml: str | os.PathLike = "<model>", *, runnable: bool = False):
     """A clone of ``model`` (the original, left as it is) with the static shapes of ``spec``.
 

@@ -73,7 +73,12 @@ def fragile_ops(model) -> np.ndarray:
         return out
     try:
         for op in ov_ops:
-            op.validate_and_infer_types()
+            try:
+                op.validate_and_infer_types()
+            except RuntimeError:
+                # an op whose own shape does not follow its inputs' (a ReadValue keeps its
+                # variable's shape whatever its initialiser gives) keeps the shapes it had
+                pass
         for i, op in enumerate(ov_ops):
             out[i] = any(_less_static(b, o.get_partial_shape()) for b, o in zip(before[i], op.outputs()))
     finally:

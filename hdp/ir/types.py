@@ -136,13 +136,15 @@ class Coarse(msgspec.Struct, frozen=True, gc=False):
 
 
 class Partition(msgspec.Struct, frozen=True, gc=False):
-    """Groups of ops and a device for each group."""
+    """A device per tie group of the placement problem (:mod:`hdp.placement`); ``group_of`` is the
+    group each op shows (constant data: its first consumer's)."""
 
     method: str
     devices: tuple[str, ...]
     group_of: Array  # int32, n_ops
     group_device: Array  # int16, n_groups
     info: dict[str, str] = {}
+    extra_ties: Array | None = None  # int32 (k, 2): op pairs tied beyond the graph's rules
 
 
 class Placement(msgspec.Struct, frozen=True, gc=False):

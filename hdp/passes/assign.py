@@ -36,7 +36,8 @@ class AssignPass(Pass, tag="assign"):
             raise InputError("support and partition disagree on the device list")
         if self.refine_rounds < 0:
             raise InputError(f"refine_rounds must be >= 0, got {self.refine_rounds}")
-        problem = problem_of(module, p.devices)
+        ties = p.extra_ties.numpy() if p.extra_ties is not None else ()
+        problem = problem_of(module, p.devices, ties)
         gd = p.group_device.numpy().astype(np.int64)
         if gd.shape[0] != problem.n_groups:
             raise InputError(f"the partition has {gd.shape[0]} groups, the graph {problem.n_groups}; "

@@ -18,6 +18,9 @@ class PartitionPass(Pass, tag="partition"):
     target: Target
     placer: Method = HeteroAuto()
     seed: int = 0
+    #: pairs of op ids that must share a device beyond the graph's own rules (learned by
+    #: ``hdp compile`` when a placement failed its check)
+    extra_ties: tuple[tuple[int, int], ...] = ()
     requires = ("graph", "support")
     provides = ("partition",)
     version = 2
@@ -46,11 +49,12 @@ class PartitionPass(Pass, tag="partition"):
         if module.support.devices != devices:
             raise InputError(f"support was computed for devices {module.support.devices}, "
                              f"not for target {devices}")
-        problem = problem_of(module, devices)
+        problem = problem_of(module, devices, self.extra_ties)
         placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed))
         label = self.placer.label()
         info = {"method": label, **{k: str(v) for k, v in placed.info.items()}}
         part = Partition(method=label, devices=devices,
                          group_of=Array.of(problem.structure.anchor, np.int32),
-                         group_device=Array.of(placed.group_device, np.int16), info=info)
+                         group_device=Array.of(placed.group_device, np.int16), info=info,
+                         extra_ties=Array.of(np.asarray(self.extra_ties, np.int32).reshape(-1, 2)) if self.extra_ties else None)
         return module.replace(partition=part)

@@ -80,8 +80,9 @@ def _columns(names: tuple[str, ...], devices: tuple[str, ...], what: str) -> lis
     return [names.index(d) for d in devices]
 
 
-def build_problem(module: Module, devices: tuple[str, ...] | None = None) -> PlacementProblem:
-    """The problem of ``module`` on ``devices`` (default: the devices of its support, else costs)."""
+def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_ties=()) -> PlacementProblem:
+    """The problem of ``module`` on ``devices`` (default: the devices of its support, else costs);
+    ``extra_ties``: more pairs of ops that must share a device."""
     g = module.graph
     if devices is None:
         src = module.support or module.costs
@@ -89,7 +90,7 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None) -> Pla
             raise InputError("placing needs the devices: run the support pass first")
         devices = tuple(src.devices)
     devices = tuple(devices)
-    st = build_structure(g)
+    st = build_structure(g, extra_ties)
     n, nd = g.n_ops, len(devices)
     types = np.array([op.type for op in g.ops], dtype=object)
     free = np.isin(types, list(FREE_TYPES)) | (st.role == CONE)  # no time, no support needed
@@ -139,17 +140,18 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None) -> Pla
                             has_costs=c is not None)
 
 
-_CACHE: list[tuple[tuple, PlacementProblem]] = []
+_CACHE: list[tuple[tuple, tuple, PlacementProblem]] = []
 
 
-def problem_of(module: Module, devices: tuple[str, ...] | None = None) -> PlacementProblem:
+def problem_of(module: Module, devices: tuple[str, ...] | None = None, extra_ties=()) -> PlacementProblem:
     """:func:`build_problem`, reused while the same graph, support and costs objects are asked
     about again (a compile builds it once for partition, assign and the report)."""
+    ties = tuple((int(a), int(b)) for a, b in extra_ties)
     key = (module.graph, module.support, module.costs, None if devices is None else tuple(devices))
-    for k, p in _CACHE:
-        if len(k) == len(key) and all(a is b for a, b in zip(k, key)):
+    for k, t, p in _CACHE:
+        if t == ties and all(a is b for a, b in zip(k, key)):
             return p
-    p = build_problem(module, devices)
-    _CACHE.insert(0, (key, p))
+    p = build_problem(module, devices, ties)
+    _CACHE.insert(0, (key, ties, p))
     del _CACHE[4:]
     return p

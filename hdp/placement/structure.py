@@ -34,7 +34,14 @@ Why (OpenVINO 2026.4 HETERO, each seen failing without the rule; tests in
   (``model input (shape=[?,1,?,?]) and the tensor (shape=(0.0.0.0))``): HETERO allocates the
   hand-over tensor from the producer's compiled shape, which lost the static dimensions;
 - ReadValue and Assign of one variable on different devices fail at compile
-  (``unordered_map::at``).
+  (``unordered_map::at``), and so does a ReadValue whose initialiser runs on another device.
+
+Some failures come from HETERO splitting one device's ops into several subgraphs to break a
+dependency cycle, which no device-level rule can prevent: a ReadValue and its Assign split apart
+(``ReadValueWithSubgraph node ... doesn't have sibling output``), a state's subgraph that reads
+an input it does not own (``Model references undeclared parameters``), a fragile tensor cut inside
+a replicated chain. ``hdp compile`` checks every placement before writing it and repairs those
+(:mod:`hdp.runtime.verify`).
 
 Groups are numbered in a topological order of the contracted graph.
 """
@@ -45,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdp.errors import InputError
 from hdp.ir.build import edge_sources
 from hdp.ir.types import Graph
 
@@ -168,8 +176,9 @@ def roles(graph: Graph) -> np.ndarray:
     return role
 
 
-def build_structure(graph: Graph) -> Structure:
-    """The :class:`Structure` of ``graph``."""
+def build_structure(graph: Graph, extra_ties=()) -> Structure:
+    """The :class:`Structure` of ``graph``; ``extra_ties`` are more pairs of ops that must share a
+    device (learned when a placement failed its check, see :mod:`hdp.runtime.verify`)."""
     n = graph.n_ops
     types = [op.type for op in graph.ops]
     role = roles(graph)
@@ -228,10 +237,12 @@ def build_structure(graph: Graph) -> Structure:
         p = int(src[e])
         if role[p] == PLACED:
             uf.union(p, int(dst[e]))
-    if graph.ties is not None:
-        for a, b in graph.ties.numpy():
-            if placed[a] and placed[b]:
-                uf.union(int(a), int(b))
+    pairs = list(graph.ties.numpy()) if graph.ties is not None else []
+    for a, b in pairs + [tuple(t) for t in extra_ties]:
+        if not (0 <= a < n and 0 <= b < n):
+            raise InputError(f"tie ({a}, {b}) names an op outside the graph's {n} ops")
+        if placed[a] and placed[b]:
+            uf.union(int(a), int(b))
     fragile = graph.fragile.numpy() if graph.fragile is not None else np.zeros(n, bool)
     for i in np.nonzero(placed & fragile)[0]:  # a fragile op that could not be replicated
         if types[i] in ANCHORED:

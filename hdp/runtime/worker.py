@@ -84,15 +84,16 @@ def ov_message(e: BaseException) -> str:
     return re.sub(r"^(Exception from \S+:\s*|\[ GENERAL_ERROR \]\s*)", "", msg)
 
 
-def random_inputs(model, seed: int = 0) -> list:
-    """Fixed random data of each input's element type and (static) shape (an ``attention_mask``
-    of ones and a ``beam_idx`` that keeps every beam, as a generation loop feeds them)."""
+def random_inputs(model, seed: int = 0, shapes=None) -> list:
+    """Fixed random data of each input's element type and (static) shape, or of ``shapes`` (one
+    per input) for a dynamic model (an ``attention_mask`` of ones and a ``beam_idx`` that keeps
+    every beam, as a generation loop feeds them)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     out = []
-    for inp in model.inputs:
-        shape = [int(d) for d in inp.get_shape()]
+    for i, inp in enumerate(model.inputs):
+        shape = [int(d) for d in (inp.get_shape() if shapes is None else shapes[i])]
         et = inp.get_element_type()
         dtype = et.to_dtype()
         names = inp.get_names()
@@ -156,6 +157,9 @@ class Worker:
                 return self.prepare(req)
             if op == "rounds":
                 return self.rounds(req)
+            if op == "check":
+                _fault()
+                return self.check(req)
             if op == "release":
                 return self.release(req)
             raise InputError(f"worker: unknown request '{op}'")
@@ -176,6 +180,8 @@ class Worker:
         spec = fe.Specialisation.from_json(text, xml) if text else fe.plan_specialisation(original, xml)
         self.model = fe.specialise(original, spec, xml, runnable=True)
         self.ops = list(self.model.get_ordered_ops())
+        self.original, self.spec, self.xml = original, spec, xml
+        self.reference = {}
         self.roles = np.frombuffer(req["roles"], np.int8) if req.get("roles") else None
         if self.roles is not None and self.roles.shape[0] != len(self.ops):
             raise InputError(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
@@ -313,6 +319,95 @@ class Worker:
             self.prepared.pop(h, None)
         return {"ok": True}
 
+    # ---- checking a placement against the original
+
+    def _reference_outputs(self, runs) -> list:
+        """Outputs of the original model compiled on the plain CPU plugin in f32, per run."""
+        import openvino as ov
+
+        key = msgspec.json.encode(runs)
+        if key not in self.reference:
+            compiled = ov.Core().compile_model(self.original, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            self.reference = {key: self._run_all(compiled, runs)}
+        return self.reference[key]
+
+    def _run_all(self, compiled, runs) -> list:
+        import openvino as ov
+
+        req = compiled.create_infer_request()
+        outs = []
+        for k, run in enumerate(runs):
+            spec = run["spec"]
+            if not run.get("keep_state"):
+                req.reset_state()
+            shapes = [i[1] for i in spec["inputs"]]
+            for i, a in enumerate(random_inputs(self.original, seed=k, shapes=shapes)):
+                req.set_input_tensor(i, ov.Tensor(a))
+            req.infer()
+            outs.append([np.array(req.get_output_tensor(j).data, copy=True) for j in range(len(compiled.outputs))])
+        return outs
+
+    def check(self, req: dict) -> dict:
+        """Compile a placement as hdp writes it (``device_of`` per op, legalized on a copy of the
+        original model; or the placed model file ``xml``) with HETERO, run every check run, and
+        compare each output with the original on the plain CPU plugin. ``rename`` maps device
+        names to the devices that stand in for them (modeled devices run on CPU instances)."""
+        from hdp.errors import InputError
+        from hdp.ir import openvino_frontend as fe
+        from hdp.runtime.devices import hetero_name
+
+        runs = req.get("runs") or msgspec.to_builtins(fe.check_runs(self.original, self.spec, self.xml))
+        rename = dict(req.get("rename") or {})
+        if req.get("xml"):
+            from hdp.runtime.placed import restore_affinity
+
+            model = fe.read_model(req["xml"])
+            if (len(model.inputs), len(model.outputs)) != (len(self.original.inputs), len(self.original.outputs)):
+                raise InputError(f"{req['xml']}: its inputs and outputs are not those of {self.xml}")
+            restore_affinity(model, req["xml"])
+        else:
+            devices = list(req["devices"])
+            dev_of = np.frombuffer(req["device_of"], np.int16)
+            if dev_of.shape[0] != len(self.ops):
+                raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.ops)}")
+            model = self.original.clone()
+            ops = list(model.get_ordered_ops())
+            fe.refine_for_devices(model, self.spec, self.xml)
+            names = [devices[int(k)] for k in dev_of]
+            if self.roles is not None and len(set(names)) > 1:
+                from hdp.ir.openvino_legalize import legalize
+
+                legalize(model, ops, self.roles, names)
+            else:
+                for op, d in zip(ops, names):
+                    op.get_rt_info()["user_dataaffinity"] = d
+        used = []
+        for op in model.get_ordered_ops():
+            rt = op.get_rt_info()
+            d = rt["user_dataaffinity"].astype(str) if "user_dataaffinity" in rt else rt["affinity"].astype(str)
+            d = rename.get(d, d)
+            rt["affinity"] = d
+            if d not in used:
+                used.append(d)
+        reference = self._reference_outputs(runs)
+        t0 = time.perf_counter()
+        try:
+            compiled = self.core(tuple(used)).compile_model(model, hetero_name(used), {})
+            got = self._run_all(compiled, runs)
+        except Exception as e:  # noqa: BLE001 - the check's verdict, not a worker failure
+            return {"ok": True, "passed": False, "error": ov_message(e), "seconds": time.perf_counter() - t0}
+        worst, where = 0.0, ""
+        for k, (a_run, b_run) in enumerate(zip(got, reference)):
+            for j, (a, b) in enumerate(zip(a_run, b_run)):
+                if a.shape != b.shape:
+                    return {"ok": True, "passed": False, "seconds": time.perf_counter() - t0,
+                            "error": f"run {k}, output {j}: shape {a.shape}, the original gives {b.shape}"}
+                err = _relative_error(a, b)
+                if err > worst:
+                    worst, where = err, f"run {k}, output {j}"
+        return {"ok": True, "passed": True, "max_error": worst, "where": where, "devices": used,
+                "runs": len(runs), "seconds": time.perf_counter() - t0}
+
     def plain(self, req: dict) -> dict:
         device, perf = req["device"], bool(req.get("perf"))
         core = self.core((device,))
@@ -332,6 +427,20 @@ def _recorded_spec(model) -> str:
         return model.get_rt_info(["hdp", "specialisation"]).astype(str)
     except RuntimeError:
         return ""
+
+
+def _relative_error(a, b) -> float:
+    """||a - b|| / ||b|| (inf when ``a`` is not finite where ``b`` is; exact for integers)."""
+    if a.dtype.kind in "iub":
+        return 0.0 if np.array_equal(a, b) else float("inf")
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    if not np.isfinite(a[np.isfinite(b)]).all():
+        return float("inf")
+    ok = np.isfinite(b)
+    den = float(np.linalg.norm(b[ok]))
+    num = float(np.linalg.norm(a[ok] - b[ok]))
+    return num / den if den > 0 else num
 
 
 def _counters(req) -> dict[str, tuple[float, bool]]:
