@@ -13,14 +13,22 @@ true for a user mistake such as a device absent from this host):
   or nil for the file's order), ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none).
 - ``measure``: ``devices``, ``device_of`` (int16 bytes, caller's op order), ``runs``, ``warmup``
   -> ``times`` (seconds per run), ``compile_seconds``. Compiles with HETERO over the devices used.
+- ``query``: ``device`` -> ``supported`` (per op, caller's order): OpenVINO's ``query_model`` of the
+  loaded model on that device. It runs here, not in the caller, because a plugin answering it may
+  allocate whatever the model's shapes ask for (``std::bad_alloc``) or crash.
 - ``plain``: ``device``, ``runs``, ``warmup``, ``perf`` -> ``times``, ``compile_seconds`` and, with
   ``perf``, ``nodes``: the compiled (runtime) graph, one entry per node with ``name``, ``type``,
   ``exec_type``, ``original`` (its ``originalLayersNames``), ``preds`` (node indices), ``avg_warm``
   and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every inference since compile,
   read after the warm-up and after the timed runs) and ``executed`` (false for fused/in-place nodes).
 
+The worker dies with its parent: on Linux it asks the kernel for SIGKILL when the parent goes
+(``prctl(PR_SET_PDEATHSIG)``), and on every platform a watchdog thread exits the process as soon as
+its parent process id changes (the parent's pid is passed in ``HDP_WORKER_PARENT``), so a worker
+stuck in a device compile never outlives a killed ``hdp``.
+
 Test hook: ``HDP_MEASURE_FAULT`` = ``crash`` (SIGSEGV), ``hang`` or ``raise``, applied to every
-``measure``/``plain`` request of a worker started with it.
+``measure``/``plain``/``query`` request of a worker started with it.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ import msgspec
 _ENC = msgspec.msgpack.Encoder()
 _DEC = msgspec.msgpack.Decoder()
 FAULT_ENV = "HDP_MEASURE_FAULT"
+PARENT_ENV = "HDP_WORKER_PARENT"
+_PR_SET_PDEATHSIG = 1
 
 
 def write_msg(f, obj) -> None:
@@ -125,6 +135,9 @@ class Worker:
             if op == "plain":
                 _fault()
                 return self.plain(req)
+            if op == "query":
+                _fault()
+                return self.query(req)
             raise InputError(f"worker: unknown request '{op}'")
         except InputError as e:
             return {"ok": False, "input": True, "error": str(e)}
@@ -151,7 +164,7 @@ class Worker:
                 what = f"op '{missing[0]}' is not in it" if missing else f"{len(names)} ops, expected {len(want)}"
                 raise InputError(f"{req['xml']}: the model does not match the module ({what}); lower it again")
             self.order = [pos[n] for n in want]
-        self.inputs = random_inputs(self.model)
+        self.inputs = None  # made on the first run: a query must not allocate the model's inputs
         aff = []
         for i in self.order:
             rt = self.ops[i].get_rt_info()
@@ -172,6 +185,8 @@ class Worker:
         import openvino as ov
 
         req = compiled.create_infer_request()
+        if self.inputs is None:
+            self.inputs = random_inputs(self.model)
         for i, a in enumerate(self.inputs):
             req.set_input_tensor(i, ov.Tensor(a))
         for _ in range(warmup):
@@ -203,6 +218,11 @@ class Worker:
         compile_s = time.perf_counter() - t0
         times, _ = self._time(compiled, int(req["runs"]), int(req["warmup"]))
         return {"ok": True, "times": times, "compile_seconds": compile_s}
+
+    def query(self, req: dict) -> dict:
+        device = req["device"]
+        supported = self.core((device,)).query_model(self.model, device)
+        return {"ok": True, "supported": [self.ops[i].get_friendly_name() in supported for i in self.order]}
 
     def plain(self, req: dict) -> dict:
         device, perf = req["device"], bool(req.get("perf"))
@@ -243,7 +263,39 @@ def _runtime_nodes(compiled, before: dict, after: dict) -> list[dict]:
     return nodes
 
 
+def die_with_parent() -> None:
+    """Exit when the process that started this worker is gone (see the module docstring)."""
+    import signal
+    import threading
+
+    try:
+        parent = int(os.environ.get(PARENT_ENV, "0"))
+    except ValueError:
+        parent = 0
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="hdp-parent-watchdog", daemon=True).start()
+
+
 def main() -> None:
+    die_with_parent()
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
