@@ -316,7 +316,7 @@ def test_placer_end_to_end_with_a_warm_start(monkeypatch, tmp_path):
     import hdp.placers.hsdag as hs
 
     m = blocks_module()
-    monkeypatch.setattr(hs, "_make_evaluator", lambda module, req, reward, runs=10: reference(module))
+    monkeypatch.setattr(hs, "_make_evaluator", lambda module, *a, **k: reference(module))
     best = np.array([(i // 3) % 2 for i in range(12)], np.int16)
     monkeypatch.setitem(reg._PLACERS, "optimal", (lambda mod, req: reg.Placed.per_op(best), (), "test"))
     opts = {"episodes": 2, "samples": 4, "hidden": 16, "warm_start": "optimal", "report": str(tmp_path),
