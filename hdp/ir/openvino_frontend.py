@@ -42,7 +42,9 @@ def parse_input_shapes(specs: tuple[str, ...] | list[str]) -> dict[str, list[int
 
 
 def format_input_shapes(shapes: dict[str, list[int]]) -> str:
-    return ";".join(f"{k}:{','.join(map(str, v))}" for k, v in sorted(shapes.items()))
+    """The inverse of :func:`parse_input_shapes`. Scalar inputs are left out: they are static
+    already, and ``NAME:`` would not parse back."""
+    return ";".join(f"{k}:{','.join(map(str, v))}" for k, v in sorted(shapes.items()) if v)
 
 
 # --------------------------------------------------------------------------- reading
@@ -95,6 +97,8 @@ def read_model(xml: str | os.PathLike, input_shapes: dict[str, list[int]] | None
         model = _core().read_model(str(xml))
     except RuntimeError as e:
         raise InputError(f"{xml}: OpenVINO cannot read the model: {_first_line(e)}") from None
+    if not model.get_ordered_ops():
+        raise InputError(f"{xml}: the model has no operations")
     _make_static(model, xml, input_shapes or {})
     return model
 
@@ -171,6 +175,10 @@ def _make_static(model, xml: Path, shapes: dict[str, list[int]]) -> None:
             raise InputError(f"{xml}: cannot reshape to the given input shapes: {_first_line(e)}") from None
     for op in model.get_ordered_ops():
         for out in op.outputs():
+            et = out.get_element_type()
+            if et.is_dynamic() or et.get_type_name() in ("dynamic", "undefined"):
+                raise InputError(f"{xml}: op '{op.get_friendly_name()}' ({op.get_type_name()}) has no "
+                                 f"concrete element type ('{et.get_type_name()}'); no device can run it")
             if out.get_partial_shape().is_dynamic:
                 raise InputError(f"{xml}: op '{op.get_friendly_name()}' ({op.get_type_name()}) still has "
                                  f"a dynamic output shape {out.get_partial_shape()} after reshaping")
