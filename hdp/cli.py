@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import pass_cache, target_from, user_errors
+from hdp.cli_common import (check_paths, pass_cache, runtime_options, target_from, target_path,
+                             timeout_option, user_errors)
+from hdp.cli_cache import cache_group
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
 
@@ -58,10 +60,11 @@ def main():
               help="Measure the placement against the plain compile on each real device and say "
                    "which is faster (real targets only; skipped with --quiet).")
 @click.option("--quiet", "-q", is_flag=True)
+@timeout_option
 @_apply(cache_options)
 @user_errors
 def compile_cmd(model, output, target, devices, method, input_shape, seed, sets, budget, reward, policy,
-                refine, timings, dump_ir, emit_ir, compare, quiet, cache_dir, no_cache):
+                refine, timings, dump_ir, emit_ir, compare, quiet, timeout, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.openvino_frontend import parse_input_shapes
@@ -73,17 +76,24 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
     out = Path(output)
     if out.suffix.lower() != ".xml":
         raise click.UsageError(f"-o {output}: the placed model must be an .xml path")
+    opts = _parse_sets(sets)
+    check_paths(inputs={"MODEL": model, "--target": target_path(target), "--policy": policy,
+                        "--set policy": opts.get("policy")},
+                outputs={"-o": output, "--timings": timings, "--emit-ir": emit_ir,
+                         "--set checkpoint": opts.get("checkpoint")},
+                out_dirs={"--dump-ir": dump_ir, "--cache-dir": None if no_cache else cache_dir,
+                          "--set report": opts.get("report")})
     tgt = target_from(target, devices)
     method = method or default_method(tgt)
     shapes = parse_input_shapes(input_shape)
     cache = pass_cache(cache_dir, no_cache)
     timing = Timing()
     instruments = [timing] + ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
-    opts = _parse_sets(sets)
     for key, value in (("budget", budget), ("reward", reward), ("policy", policy)):
         if value is not None:
             opts[key] = value
     schedule = compile_schedule(tgt, method, seed, opts, refine=refine)
+    schedule = runtime_options(schedule, timeout, cache)
     module = lower_cached(model, shapes, cache, instruments)
     module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     for ins in instruments:
@@ -112,7 +122,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seed, sets,
 
             # measured fresh, back to back: a cached figure from another moment (another load on
             # the machine) would make the comparison meaningless
-            click.echo(compare_with_plain(module, tgt, cache=False))
+            click.echo(compare_with_plain(module, tgt, cache=False, **({"timeout": timeout} if timeout else {})))
 
 
 @main.command("lower")
@@ -125,6 +135,7 @@ def lower_cmd(model, output, input_shape):
     from hdp.ir.openvino_frontend import lower, parse_input_shapes
     from hdp.ir.serde import save
 
+    check_paths(inputs={"MODEL": model}, outputs={"-o": output})
     m = lower(model, parse_input_shapes(input_shape))
     save(m, output)
     click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges -> {output}")
@@ -148,9 +159,10 @@ def _parse_sets(sets) -> dict:
 @click.option("--target", default=None, help="For passes that take a target.")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None)
+@timeout_option
 @_apply(cache_options)
 @user_errors
-def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_cache):
+def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache_dir, no_cache):
     """Run one pass NAME on a Module file INPUT and write the result to OUTPUT."""
     from hdp.ir.serde import load, save
     from hdp.passes.base import registry
@@ -162,12 +174,17 @@ def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_
     if name not in reg:
         raise HdpError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
     opts = _parse_sets(sets)
+    check_paths(inputs={"INPUT": input, "--target": target_path(target), "--set policy": opts.get("policy")},
+                outputs={"-o": output, "--timings": timings, "--set checkpoint": opts.get("checkpoint")},
+                out_dirs={"--cache-dir": None if no_cache else cache_dir, "--set report": opts.get("report")})
     if takes_target(reg[name]):
         opts["target"] = target_from(target, devices)
     p = make_pass(name, opts)
     module = load(input)
+    cache = pass_cache(cache_dir, no_cache)
+    (p,) = runtime_options([p], timeout, cache)
     timing = Timing()
-    out = PassManager([p], cache=pass_cache(cache_dir, no_cache), instruments=[timing]).run(module)
+    out = PassManager([p], cache=cache, instruments=[timing]).run(module)
     save(out, output)
     if timings:
         timing.write(timings)
@@ -225,10 +242,12 @@ def zoo_cmd(name, output):
     """Write a benchmark model (random weights, batch 1): inception_v3, resnet50, bert_base, mobilenet_v2."""
     from hdp.zoo import export
 
+    check_paths(outputs={"-o": output})
     path = export(name, output)
     click.echo(f"{name} -> {path}")
 
 
+main.add_command(cache_group)
 main.add_command(targets_cmd)
 main.add_command(evaluate_cmd)
 main.add_command(profile_cmd)

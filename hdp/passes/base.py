@@ -22,10 +22,20 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     provides: ClassVar[tuple[str, ...]] = ()
     #: Bump when the output changes for the same input and options.
     version: ClassVar[int] = 1
+    #: Fields that cannot change the output (timeouts, where to memoise device answers): left out
+    #: of the cache key, so changing them reuses cached results.
+    key_exclude: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def pass_name(cls) -> str:
         return cls.__struct_config__.tag
+
+    def key_value(self):
+        """What identifies this pass value in a cache key: itself, or its fields without
+        :attr:`key_exclude`."""
+        if not type(self).key_exclude:
+            return self
+        return {f: getattr(self, f) for f in self.__struct_fields__ if f not in type(self).key_exclude}
 
     # Subclasses define ``run(self, module: Module) -> Module``; @register checks it.
 

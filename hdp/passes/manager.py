@@ -15,7 +15,7 @@ from hdp.passes.instruments import Instrument
 
 def pass_key(p: Pass, input_digest: str) -> str:
     """hash(name, version, encoded options, input digest)."""
-    blob = serde.encode_any([p.pass_name(), type(p).version, p, input_digest])
+    blob = serde.encode_any([p.pass_name(), type(p).version, p.key_value(), input_digest])
     return serde.digest_bytes(blob)
 
 

@@ -41,8 +41,10 @@ class PartitionPass(Pass, tag="partition"):
     reward_shape: str = HSDAG["reward_shape"]
     baseline: str = HSDAG["baseline"]
     cost_aware: bool = HSDAG["cost_aware"]
+    timeout: float = HSDAG["timeout"]  # seconds per measured placement (hsdag:measure); not in the key
     requires = ("graph", "support")
     provides = ("partition",)
+    key_exclude = ("timeout",)
 
     def options(self) -> dict:
         """Method-specific options (every field but the common ones)."""

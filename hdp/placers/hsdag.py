@@ -24,6 +24,7 @@ entropy        0.01        entropy bonus weight (0 disables it)
 reward_shape   neglog      ``neglog`` (-log latency) or ``inverse`` (1/latency)
 baseline       batch       advantage baseline: ``batch`` mean or ``ema``
 cost_aware     true        feed the cost table to the network (false: features only, as published)
+timeout        120         seconds per measured placement before its worker is killed (--timeout)
 =============  ==========  ===============================================================
 
 Every single-device placement is evaluated first as a candidate. Placements are scored as the
@@ -44,6 +45,7 @@ DEFAULTS = {
     "reward": "auto", "measure_runs": 10, "budget": 120.0, "placements": 0, "episodes": 25, "samples": 20,
     "lr": 1e-3, "hidden": 128, "warm_start": "optimal", "policy": "", "checkpoint": "", "report": "",
     "algo": "reinforce", "entropy": 0.01, "reward_shape": "neglog", "baseline": "batch", "cost_aware": True,
+    "timeout": 120.0,
 }
 _ZERO_IS_DEFAULT = {"episodes", "samples", "lr", "hidden"}
 
@@ -78,10 +80,12 @@ def read_options(req: PlaceRequest) -> dict:
         raise InputError("hsdag option 'measure_runs' must be >= 1")
     if out["budget"] < 0 or out["placements"] < 0:
         raise InputError("hsdag options 'budget' and 'placements' must be >= 0")
+    if not out["timeout"] > 0:
+        raise InputError("hsdag option 'timeout' must be > 0")
     return out
 
 
-def _make_evaluator(module: Module, req: PlaceRequest, reward: str, runs: int = 10):
+def _make_evaluator(module: Module, req: PlaceRequest, reward: str, runs: int = 10, timeout: float = 120.0):
     """``device_of -> seconds`` for the chosen reward (device ids index ``req.devices``)."""
     if module.costs is not None and module.costs.devices != req.devices:
         raise InputError(f"costs were computed for devices {module.costs.devices}, not for target "
@@ -98,7 +102,7 @@ def _make_evaluator(module: Module, req: PlaceRequest, reward: str, runs: int = 
         raise InputError(f"hsdag reward 'measure' needs the measurer (hdp.runtime.measure): {e}") from None
     if req.target is None:
         raise InputError("hsdag reward 'measure' needs a target")
-    return Measurer(module, req.target, runs=runs).latency
+    return Measurer(module, req.target, runs=runs, timeout=timeout).latency
 
 
 def as_assigned(module: Module, device_of: np.ndarray) -> np.ndarray:
@@ -139,7 +143,7 @@ def hsdag(module: Module, req: PlaceRequest) -> Placed:
     except ImportError as e:
         raise InputError(f"method 'hsdag' needs torch and torch_geometric: {e}") from None
 
-    raw_eval = _make_evaluator(module, req, o["reward"], o["measure_runs"])
+    raw_eval = _make_evaluator(module, req, o["reward"], o["measure_runs"], o["timeout"])
 
     def evaluate(device_of: np.ndarray) -> float:
         return raw_eval(as_assigned(module, device_of))
