@@ -174,13 +174,16 @@ def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache
     if name not in reg:
         raise HdpError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
     opts = _parse_sets(sets)
-    check_paths(inputs={"INPUT": input, "--target": target_path(target), "--set policy": opts.get("policy")},
-                outputs={"-o": output, "--timings": timings, "--set checkpoint": opts.get("checkpoint")},
-                out_dirs={"--cache-dir": None if no_cache else cache_dir, "--set report": opts.get("report")})
+    paths = dict(inputs={"INPUT": input, "--target": target_path(target), "--set policy": opts.get("policy")},
+                 outputs={"-o": output, "--timings": timings, "--set checkpoint": opts.get("checkpoint")},
+                 out_dirs={"--cache-dir": None if no_cache else cache_dir, "--set report": opts.get("report")})
+    check_paths(**paths)
     if takes_target(reg[name]):
         opts["target"] = target_from(target, devices)
     p = make_pass(name, opts)
     module = load(input)
+    # passes read the module's source model again (support, profile): it is an input too
+    check_paths(**(paths | {"inputs": paths["inputs"] | {"INPUT's source model": module.meta.get("source")}}))
     cache = pass_cache(cache_dir, no_cache)
     (p,) = runtime_options([p], timeout, cache)
     timing = Timing()

@@ -201,6 +201,8 @@ def profile_cmd(model, output, target, devices, runs, warmup, input_shape, top, 
     cache = pass_cache(cache_dir, no_cache)
     if Path(model).suffix.lower() == ".hdp":
         module = load(model)
+        check_paths(inputs={"MODEL": model, "MODEL's source model": module.meta.get("source"),
+                            "--target": target_path(target)}, outputs={"-o": output})
     else:
         module = lower_cached(model, parse_input_shapes(input_shape), cache)
     sched = []
