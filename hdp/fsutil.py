@@ -17,8 +17,9 @@ writes to) removes temporaries whose process is gone. Files are ``fsync``-ed bef
 directory after it, and get mode ``0o666 & ~umask`` like any file a program creates
 (``mkstemp`` alone would leave them 0600).
 
-Test hook: ``HDP_KILL_AT=<point>`` sends SIGKILL to this process when it reaches ``<point>`` (see
-:func:`kill_point`); used by the tests that kill a compile mid-write.
+Test hook: ``HDP_KILL_AT=<point>[:<file name>]`` sends SIGKILL to this process when it reaches
+``<point>`` (``atomic-before-rename``, ``placed-saved``, ``pair-xml-removed``, ``pair-bin-renamed``;
+see :func:`kill_point`); used by the tests that kill a compile mid-write.
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ _TEMP_RE = re.compile(r"^\..*\.hdp-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8
 _umask_lock = threading.Lock()
 
 
-def kill_point(name: str) -> None:
-    """Die by SIGKILL here when ``HDP_KILL_AT`` names this point (test hook; no-op otherwise)."""
-    if os.environ.get(KILL_ENV) == name:
+def kill_point(name: str, detail: str = "") -> None:
+    """Die by SIGKILL here when ``HDP_KILL_AT`` is ``name`` or ``name:detail`` (test hook; a no-op
+    otherwise)."""
+    want = os.environ.get(KILL_ENV)
+    if want and (want == name or want == f"{name}:{detail}"):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -168,7 +171,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if not tmp.is_file():
             raise FileNotFoundError(f"{tmp}: the writer did not create the file")
         _finish(tmp)
-        kill_point("atomic-before-rename")
+        kill_point("atomic-before-rename", path.name)
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)
