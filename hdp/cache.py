@@ -97,7 +97,10 @@ class Store:
             self.discard(path, f"unreadable ({e.strerror or e})")
             return None
         head = len(MAGIC) + _CHECK
-        if len(data) < head or not data.startswith(MAGIC) or data[len(MAGIC):head] != _checksum(key, data[head:]):
+        if not data.startswith(MAGIC):  # written by an older hdp (or damaged at its start): recompute
+            self.discard(path, "not in this hdp's entry format", quiet=True)
+            return None
+        if len(data) < head or data[len(MAGIC):head] != _checksum(key, data[head:]):
             self.discard(path, "checksum mismatch")
             return None
         try:
@@ -125,8 +128,10 @@ class Store:
             for shard in _shards(self.dir):
                 clean_stale(shard)
 
-    def discard(self, path: Path, why: str) -> None:
-        warnings.warn(f"discarding corrupt cache entry {path} ({why}); recomputing", stacklevel=3)
+    def discard(self, path: Path, why: str, quiet: bool = False) -> None:
+        """Remove an unusable entry (with a warning unless ``quiet``)."""
+        if not quiet:
+            warnings.warn(f"discarding corrupt cache entry {path} ({why}); recomputing", stacklevel=3)
         try:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
