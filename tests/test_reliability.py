@@ -639,3 +639,14 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_entries_of_an_older_format_are_dropped_quietly(tmp_path, recwarn):
+    import hdp.cache as hc
+
+    store = hc.Store(tmp_path, ".hdp")
+    store.put("ab" * 16, b"payload")
+    assert store.get("ab" * 16) == b"payload"
+    store.path("ab" * 16).write_bytes(bytes(16) + b"payload")  # the previous layout: checksum, payload
+    assert store.get("ab" * 16) is None and not store.path("ab" * 16).exists()
+    assert not [w for w in recwarn if "cache entry" in str(w.message)]
