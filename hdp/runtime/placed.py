@@ -84,7 +84,7 @@ def check_weights(model, xml: str | os.PathLike) -> None:
     bin_path = Path(xml).with_suffix(".bin")
     try:
         st = bin_path.stat()
-        stamp = (str(bin_path.resolve()), st.st_size, st.st_mtime_ns)
+        stamp = (str(bin_path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     except OSError:
         stamp = None
     got = _digests.get(stamp) if stamp else None
