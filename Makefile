@@ -7,7 +7,7 @@ OUT    ?= out
 TARGET ?= virtual
 MODEL  ?= inception_v3
 
-.PHONY: demo test test-slow bench install clean
+.PHONY: demo test test-slow bench fuzz install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ test: $(STAMP)
 ## the slow tests (zoo models end to end); CI runs them after `make test`
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
+
+## fuzz: the long fuzz campaign over every input surface (about 10 minutes, FUZZ_EXAMPLES cases per
+## surface); counts go to bench/results/fuzz-<date>.json. `make test` runs a 6-case slice of it.
+FUZZ_EXAMPLES ?= 1000
+fuzz: $(STAMP)
+	HDP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) HDP_FUZZ_REPORT=bench/results/fuzz-$$(date +%F).json \
+		$(BIN)/python -X faulthandler -m pytest tests/test_fuzz.py -o addopts="-p no:cacheprovider" -q
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest bench --benchmark-only -o addopts="" -q

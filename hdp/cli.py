@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 import msgspec
 
-from hdp.cli_common import cache_scoped, pass_cache, shape_options, shape_request, target_from, user_errors, with_options
+from hdp.cli_cache import cache_group
+from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
+                             target_from, target_path, timeout_option, user_errors, with_options)
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
 
@@ -53,11 +55,12 @@ def main():
               help="Measure the placement against the plain compile on each real device and say "
                    "which is faster (real targets only; skipped with --quiet).")
 @click.option("--quiet", "-q", is_flag=True)
+@timeout_option
 @with_options(cache_options)
 @user_errors
 @cache_scoped
 def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
-                policy, refine, timings, dump_ir, emit_ir, check, compare, quiet, cache_dir, no_cache):
+                policy, refine, timings, dump_ir, emit_ir, check, compare, quiet, timeout, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.serde import save
@@ -68,17 +71,24 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     out = Path(output)
     if out.suffix.lower() != ".xml":
         raise click.UsageError(f"-o {output}: the placed model must be an .xml path")
+    opts = _parse_sets(sets)
+    check_paths(inputs={"MODEL": model, "--target": target_path(target), "--policy": policy,
+                        "--set policy": opts.get("policy")},
+                outputs={"-o": output, "--timings": timings, "--emit-ir": emit_ir,
+                         "--set checkpoint": opts.get("checkpoint")},
+                out_dirs={"--dump-ir": dump_ir, "--cache-dir": None if no_cache else cache_dir,
+                          "--set report": opts.get("report")})
     tgt = target_from(target, devices)
     method = method or default_method(tgt)
     shapes = shape_request(input_shape, seq_len, phase)
     cache = pass_cache(cache_dir, no_cache)
     timing = Timing()
     instruments = [timing] + ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
-    opts = _parse_sets(sets)
     for key, value in (("budget", budget), ("reward", reward), ("policy", policy)):
         if value is not None:
             opts[key] = value
     schedule = compile_schedule(tgt, method, seed, opts, refine=refine)
+    schedule = runtime_options(schedule, timeout, cache)
     module = lower_cached(model, shapes, cache, instruments)
     module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     report: list[str] = []
@@ -94,7 +104,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
 
             for ins in instruments:
                 ins.before("check", "")
-            checker = PlacementChecker(module, tgt)
+            checker = PlacementChecker(module, tgt, **({"timeout": timeout} if timeout else {}))
             verified = verify_and_repair(module, tgt, replace, checker)
             module = verified.module
             report += [f"learned: {line}" for line in verified.learned] + verified.lines
@@ -136,7 +146,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
 
             # measured fresh and interleaved, run by run (never cached): a figure from another
             # moment (another load on the machine) would make the comparison meaningless
-            click.echo(compare_with_plain(module, tgt).text)
+            click.echo(compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {})).text)
 
 
 @main.command("lower")
@@ -149,6 +159,7 @@ def lower_cmd(model, output, input_shape, seq_len, phase):
     from hdp.ir.openvino_frontend import lower
     from hdp.ir.serde import save
 
+    check_paths(inputs={"MODEL": model}, outputs={"-o": output})
     m = lower(model, shape_request(input_shape, seq_len, phase))
     save(m, output)
     click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges -> {output}")
@@ -172,10 +183,11 @@ def _parse_sets(sets) -> dict:
 @click.option("--target", default=None, help="For passes that take a target.")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None)
+@timeout_option
 @with_options(cache_options)
 @user_errors
 @cache_scoped
-def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_cache):
+def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache_dir, no_cache):
     """Run one pass NAME on a Module file INPUT and write the result to OUTPUT."""
     from hdp.ir.serde import load, save
     from hdp.passes.base import registry
@@ -187,12 +199,20 @@ def pass_cmd(name, input, output, sets, target, devices, timings, cache_dir, no_
     if name not in reg:
         raise HdpError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
     opts = _parse_sets(sets)
+    paths = dict(inputs={"INPUT": input, "--target": target_path(target), "--set policy": opts.get("policy")},
+                 outputs={"-o": output, "--timings": timings, "--set checkpoint": opts.get("checkpoint")},
+                 out_dirs={"--cache-dir": None if no_cache else cache_dir, "--set report": opts.get("report")})
+    check_paths(**paths)
     if takes_target(reg[name]):
         opts["target"] = target_from(target, devices)
     p = make_pass(name, opts)
     module = load(input)
+    # passes read the module's source model again (support, profile): it is an input too
+    check_paths(**(paths | {"inputs": paths["inputs"] | {"INPUT's source model": module.meta.get("source")}}))
+    cache = pass_cache(cache_dir, no_cache)
+    (p,) = runtime_options([p], timeout, cache)
     timing = Timing()
-    out = PassManager([p], cache=pass_cache(cache_dir, no_cache), instruments=[timing]).run(module)
+    out = PassManager([p], cache=cache, instruments=[timing]).run(module)
     save(out, output)
     if timings:
         timing.write(timings)
@@ -257,10 +277,12 @@ def zoo_cmd(name, output):
     """Write a benchmark model (random weights, batch 1): inception_v3, resnet50, bert_base, mobilenet_v2."""
     from hdp.zoo import export
 
+    check_paths(outputs={"-o": output})
     path = export(name, output)
     click.echo(f"{name} -> {path}")
 
 
+main.add_command(cache_group)
 main.add_command(targets_cmd)
 main.add_command(evaluate_cmd)
 main.add_command(profile_cmd)

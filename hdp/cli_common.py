@@ -1,13 +1,18 @@
-"""Helpers shared by the ``hdp`` command modules: user-error handling, --target, the caches."""
+"""Helpers shared by the ``hdp`` command modules: user-error handling, --target, the caches,
+and the input/output path check every command runs before doing any work."""
 
 from __future__ import annotations
 
 import functools
+import os
+import re
 import sys
+import warnings
+from pathlib import Path
 
 import click
 
-from hdp.errors import HdpError
+from hdp.errors import HdpError, InputError
 
 
 def fail(msg: str) -> None:
@@ -15,17 +20,26 @@ def fail(msg: str) -> None:
     sys.exit(2)
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return f"hdp: warning: {message}\n"
+
+
 def user_errors(fn):
-    """Turn HdpError (a user mistake) into one line on stderr and exit code 2."""
+    """Turn HdpError (a user mistake) into one line on stderr and exit code 2; print warnings
+    as ``hdp: warning: ...`` lines."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
+        saved = warnings.formatwarning
+        warnings.formatwarning = _format_warning
         try:
             return fn(*a, **kw)
         except HdpError as e:
             fail(str(e))
         except KeyboardInterrupt:
             fail("interrupted")
+        finally:
+            warnings.formatwarning = saved
 
     return wrapper
 
@@ -38,6 +52,37 @@ def target_from(target: str | None, devices: str | None):
     if devices:
         return devices_target([d.strip() for d in devices.split(",") if d.strip()])
     return load_target(target or "host")
+
+
+def target_path(target: str | None) -> Path | None:
+    """The TOML file ``--target`` names, if it names a file rather than a built-in target."""
+    from hdp.runtime.target import target_file
+
+    return target_file(target) if target else None
+
+
+timeout_option = click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+    help="Seconds a device may take to answer a support query, or to compile and run the model when "
+         "profiling or measuring, before its worker process is killed (default: 600 for support and "
+         "profile, 120 per measured placement).")
+
+
+def runtime_options(passes: list, timeout: float | None, cache) -> list:
+    """Passes with their runtime-only fields set (never part of a cache key): ``timeout`` from
+    ``--timeout``, ``query_cache`` (support answers) inside the pass cache directory."""
+    import msgspec
+
+    out = []
+    for p in passes:
+        fields = p.__struct_fields__
+        changes = {}
+        if timeout and "timeout" in fields:
+            changes["timeout"] = float(timeout)
+        if cache is not None and "query_cache" in fields:
+            changes["query_cache"] = str(Path(cache.dir) / "support")
+        out.append(msgspec.structs.replace(p, **changes) if changes else p)
+    return out
 
 
 def pass_cache(cache_dir: str | None, no_cache: bool):
@@ -91,3 +136,121 @@ def cache_scoped(fn):
             return fn(*a, **kw)
 
     return wrapper
+# --------------------------------------------------------------------------- paths
+
+
+def _identity(p: Path) -> tuple:
+    """What makes two paths the same file: the resolved path, and the inode when it exists."""
+    real = os.path.realpath(p)
+    try:
+        st = os.stat(p)
+        return (real, (st.st_dev, st.st_ino))
+    except OSError:
+        return (real, None)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[0] == b[0] or (a[1] is not None and a[1] == b[1])
+
+
+def _nearest_existing(p: Path) -> Path:
+    p = Path(os.path.abspath(p))
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _probe_dir(d: Path) -> str | None:
+    """Why files cannot be created in existing directory ``d`` (None: they can)."""
+    from hdp.fsutil import temp_name
+
+    probe = d / temp_name("probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return None
+
+
+def _check_writable(label: str, p: Path, is_dir: bool, probed: dict) -> None:
+    """An output file (or directory) ``p`` can be created: it is not of the other kind, and its
+    nearest existing ancestor is a directory hdp can write in."""
+    if os.path.isdir(p) and not is_dir:
+        raise InputError(f"{label} {p}: is a directory, expected a file path")
+    if os.path.lexists(p) and not os.path.isdir(p) and is_dir:
+        raise InputError(f"{label} {p}: exists and is not a directory")
+    base = p if is_dir and os.path.isdir(p) else _nearest_existing(p.parent)
+    if not os.path.isdir(base):
+        raise InputError(f"{label} {p}: cannot be created, {base} is not a directory")
+    key = os.path.realpath(base)
+    if key not in probed:
+        probed[key] = _probe_dir(base)
+    if probed[key]:
+        raise InputError(f"{label} {p}: cannot write in {base} ({probed[key]})")
+
+
+_DUMP_RE = re.compile(r"^\d\d-.+\.hdp$")
+
+#: Output/input pairs that may be one file: a training checkpoint resumed and updated in place.
+_MAY_SHARE = {("--set checkpoint", "--policy"), ("--set checkpoint", "--set policy")}
+
+
+def check_paths(inputs: dict[str, object] | None = None, outputs: dict[str, object] | None = None,
+                out_dirs: dict[str, object] | None = None) -> None:
+    """Refuse, before any work, outputs that would overwrite an input or each other, or that
+    cannot be written; then remove temporaries that killed hdp runs left where outputs go.
+
+    ``inputs``/``outputs``/``out_dirs`` map an option label (``"MODEL"``, ``"-o"``,
+    ``"--dump-ir"``) to a path or None. The ``.bin`` beside an input or output ``.xml`` counts as
+    an input or output of its own. Paths are compared after resolving symlinks, and by inode (hard
+    links). Raises InputError naming both options.
+    """
+    from hdp.fsutil import clean_stale
+
+    ins: list[tuple[str, Path]] = []
+    for label, p in (inputs or {}).items():
+        if p is None or str(p) == "":
+            continue
+        p = Path(p)
+        ins.append((label, p))
+        if p.suffix.lower() == ".xml":
+            ins.append((f"{label} (its weights)", p.with_suffix(".bin")))
+    outs: list[tuple[str, Path]] = []
+    for label, p in (outputs or {}).items():
+        if p is None or str(p) == "":
+            continue
+        p = Path(p)
+        outs.append((label, p))
+        if p.suffix.lower() == ".xml":
+            outs.append((f"{label} (its weights)", p.with_suffix(".bin")))
+    dirs = [(label, Path(p)) for label, p in (out_dirs or {}).items() if p is not None and str(p) != ""]
+
+    in_ids = [(label, p, _identity(p)) for label, p in ins]
+    out_ids = [(label, p, _identity(p)) for label, p in outs]
+    for i, (lo, po, io) in enumerate(out_ids):
+        for li, pi, ii in in_ids:
+            if _same(io, ii) and (lo.split(" (")[0], li.split(" (")[0]) not in _MAY_SHARE:
+                raise InputError(f"{lo} {po}: is the input {li} ({pi}); refusing to overwrite an input")
+        for lo2, po2, io2 in out_ids[:i]:
+            if _same(io, io2):
+                raise InputError(f"{lo} {po}: is also the output {lo2} ({po2}); give them different paths")
+    for ld, pd in dirs:
+        idd = _identity(pd)
+        for lo, po, io in out_ids + in_ids:
+            if _same(idd, io):
+                raise InputError(f"{ld} {pd}: is the file {lo} ({po}); give a directory of its own")
+        for li, pi, _ in in_ids:
+            if ld == "--dump-ir" and _DUMP_RE.match(pi.name) and _same(_identity(pi.parent), idd):
+                raise InputError(f"{ld} {pd}: would overwrite the input {li} ({pi})")
+    probed: dict = {}
+    for lo, po in outs:
+        _check_writable(lo, po, False, probed)
+    for ld, pd in dirs:
+        _check_writable(ld, pd, True, probed)
+    for d in {os.path.realpath(p.parent) for _, p in outs} | {os.path.realpath(p) for _, p in dirs}:
+        clean_stale(d)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import cache_scoped, pass_cache, shape_options, shape_request, target_from, user_errors, with_options
+from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
+                             target_from, target_path, user_errors, with_options)
 
 
 def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
@@ -123,6 +124,8 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     from hdp.runtime.measure import MeasureError, Measurer, evaluate_placed
     from hdp.runtime.stats import SequentialPlan
 
+    check_paths(inputs={"PLACED": placed, "--target": target_path(target)},
+                out_dirs={"--cache-dir": None if no_cache else cache_dir})
     tgt = _load_target(target, devices, default=None)
     kw = dict(runs=runs, warmup=warmup, timeout=timeout, cache=True)
     plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
@@ -206,34 +209,43 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Pass cache directory (default: ~/.cache/hdp).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache (profile again).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a device may take to answer the support query, or to compile and run the "
+                   "model, before its worker is killed (default 600).")
 @user_errors
 @cache_scoped
 def profile_cmd(model, output, target, devices, runs, warmup, input_shape, seq_len, phase, top, cache_dir,
-                no_cache):
+                no_cache, timeout):
     """Time every op of MODEL (.xml or a lowered .hdp) on every device of a target; write JSON."""
     import numpy as np
 
     from hdp.ir.serde import load
     from hdp.passes.manager import PassManager
+    from hdp.fsutil import atomic_write
     from hdp.pipeline import lower_cached, make_pass
 
+    check_paths(inputs={"MODEL": model, "--target": target_path(target)}, outputs={"-o": output},
+                out_dirs={"--cache-dir": None if no_cache else cache_dir})
     tgt = _load_target(target, devices)
     cache = pass_cache(cache_dir, no_cache)
     if Path(model).suffix.lower() == ".hdp":
         module = load(model)
+        check_paths(inputs={"MODEL": model, "MODEL's source model": module.meta.get("source"),
+                            "--target": target_path(target)}, outputs={"-o": output})
     else:
         module = lower_cached(model, shape_request(input_shape, seq_len, phase), cache)
     sched = []
     if module.support is None or module.support.devices != tgt.device_names:
         sched.append(make_pass("support", {"target": tgt}))
     sched.append(make_pass("profile", {"target": tgt, "runs": runs, "warmup": warmup}))
+    sched = runtime_options(sched, timeout, cache)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = PassManager(sched, cache=cache).run(module.replace(costs=None))
     for w in caught:
         click.echo(f"hdp: warning: {w.message}", err=True)
     doc = costs_json(module, module.costs)
-    Path(output).write_text(json.dumps(doc, indent=1))
+    atomic_write(output, json.dumps(doc, indent=1).encode())
     for d in doc["devices"]:
         cov = f", per-op sum {_ms(d['sum_seconds'])} ({d['coverage']:.2f} of it)" if d["coverage"] is not None \
             and d["kind"] == "measured" else ""

@@ -16,10 +16,8 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hdp.errors import InputError
+from hdp.fsutil import clean_stale, commit_pair, temp_dir, temp_name
 
 ZOO_VERSION = 1  # bump when a model definition or the export recipe changes
 SEED = 0
@@ -94,7 +93,9 @@ def cached(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
     if xml.is_file() and xml.with_suffix(".bin").is_file():
         return xml
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+    clean_stale(root)  # generations killed half-way
+    tmp = root / temp_name(entry.name)
+    tmp.mkdir(mode=0o700)
     try:
         ov = _import_openvino()
         ov.save_model(build(model.name), str(tmp / "model.xml"), compress_to_fp16=False)
@@ -322,16 +323,10 @@ def _fold_shape_computations(ov_model) -> None:
 
 
 def _copy_ir(src_xml: Path, out_xml: Path) -> None:
-    out_xml.parent.mkdir(parents=True, exist_ok=True)
-    pairs = [(src_xml.with_suffix(".bin"), out_xml.with_suffix(".bin")), (src_xml, out_xml)]
-    tmps: list[Path] = []
-    try:
-        for src, dst in pairs:
-            tmp = dst.parent / f".{dst.name}.{secrets.token_hex(4)}.tmp"
-            tmps.append(tmp)
-            shutil.copyfile(src, tmp)
-        for tmp, (_, dst) in zip(tmps, pairs):
-            os.replace(tmp, dst)
-    finally:
-        for tmp in tmps:
-            tmp.unlink(missing_ok=True)
+    """Copy a cached ``.xml``/``.bin`` pair to ``out_xml`` (see :func:`hdp.fsutil.commit_pair`)."""
+    with temp_dir(out_xml.parent, out_xml.name) as tmp:
+        t = tmp / "model.xml"
+        if src_xml.with_suffix(".bin").exists():
+            shutil.copyfile(src_xml.with_suffix(".bin"), t.with_suffix(".bin"))
+        shutil.copyfile(src_xml, t)
+        commit_pair(t, out_xml)

@@ -20,9 +20,12 @@ from hdp.ir.types import Array, Coarse, Costs, Features, Module, Op, Support
 from hdp.learn.parse import dominant_edges, merge, quotient_edges
 from hdp.placers import PlaceRequest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
+# torch and torch_geometric are hard dependencies of hdp: a broken install must fail this module
+# loudly (an ImportError at collection), never skip the learning suite.
+import torch  # noqa: E402
+import torch_geometric  # noqa: E402,F401
 
+import hdp.learn.trainer as trainer  # noqa: E402
 from hdp.learn.graph import build_learn_graph  # noqa: E402
 from hdp.learn.model import HsdagNet, ModelConfig, ParseConfig, Problem  # noqa: E402
 from hdp.learn.trainer import TrainConfig, imitate, load_checkpoint, train  # noqa: E402
@@ -188,16 +191,32 @@ def test_chain_optimum_matches_brute_force():
     assert chain_optimum(m) == pytest.approx(brute_force(m))
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_toy_two_device_problem_is_learned(seed):
+def sampled_trend(r, k: int = 5) -> float:
+    """Mean latency of the placements sampled in the last ``k`` episodes over that of the first ``k``."""
+    last = max(x["episode"] for x in r.curve)
+
+    def mean(episodes):
+        return np.mean([x["latency_s"] for x in r.curve if x["source"] == "sample" and x["episode"] in episodes])
+
+    return float(mean(range(last - k + 1, last + 1)) / mean(range(k)))
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_toy_two_device_problem_is_learned(seed, monkeypatch):
     m = blocks_module(n=24, block=4)  # 2^24 placements: sampling the prior alone does not find it
     opt = chain_optimum(m)
-    r = train(build_learn_graph(m, DEV2), reference(m), TrainConfig(episodes=20, seed=seed, **FAST))
+    lg = build_learn_graph(m, DEV2)
+    r = train(lg, reference(m), TrainConfig(episodes=30, seed=seed, **FAST))
     assert r.best_latency <= opt * 1.01
     assert r.best_source in ("sample", "greedy")
-    mean = [np.mean([x["latency_s"] for x in r.curve if x["source"] == "sample" and x["episode"] == e])
-            for e in (0, 19)]
-    assert mean[1] < 0.9 * mean[0]  # the policy itself improved, not just the best-so-far
+    # the policy itself improved: what it samples in the last 8 episodes is faster than what it
+    # sampled in the first 8 (measured 0.74-0.83 over seeds 0-5) ...
+    assert sampled_trend(r, 8) < 0.85
+    # ... which it does not without its updates, though the best-so-far alone would still look
+    # good (measured 0.97-1.04 over seeds 0-5 with _update disabled)
+    monkeypatch.setattr(trainer, "_update", lambda *a, **k: None)
+    frozen = train(lg, reference(m), TrainConfig(episodes=30, seed=seed, **FAST))
+    assert sampled_trend(frozen, 8) > 0.92
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
@@ -316,7 +335,7 @@ def test_placer_end_to_end_with_a_warm_start(monkeypatch, tmp_path):
     import hdp.placers.hsdag as hs
 
     m = blocks_module()
-    monkeypatch.setattr(hs, "_make_evaluator", lambda module, req, reward, runs=10: reference(module))
+    monkeypatch.setattr(hs, "_make_evaluator", lambda module, *a, **k: reference(module))
     best = np.array([(i // 3) % 2 for i in range(12)], np.int16)
     monkeypatch.setitem(reg._PLACERS, "optimal", (lambda mod, req: reg.Placed.per_op(best), (), "test"))
     opts = {"episodes": 2, "samples": 4, "hidden": 16, "warm_start": "optimal", "report": str(tmp_path),

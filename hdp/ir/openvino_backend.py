@@ -6,28 +6,31 @@ the specialisation's, since no device compiles those; see
 :func:`hdp.ir.openvino_frontend.refine_for_devices`). Ops are matched to the module's by position
 and structure (:func:`hdp.ir.openvino_frontend.check_structure`), never by name. Each layer (Parameter, Constant and Result included) carries
 ``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
-``<hdp>`` records the device list, the method, the target and the module digest. Weights are
+``<hdp>`` records the device list, the method, the target, the module digest and the digest of the
+``.bin`` written with it (so a loader detects a mismatched pair). Weights are
 written uncompressed, so outputs equal the source model's. Use
 :func:`hdp.runtime.placed.compile_placed` to run it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
-import tempfile
+import secrets
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from hdp.errors import InputError
+from hdp.fsutil import commit_pair, kill_point, temp_dir
 from hdp.ir import serde
 from hdp.ir.openvino_frontend import reread_source
 from hdp.ir.types import Module
 
 AFFINITY_KEY = "user_dataaffinity"  # saved as <user_data name="affinity" .../>
+WEIGHTS_DIGEST_KEY = "weights_digest"  # model rt_info <hdp><weights_digest value=.../>: the .bin's blake2b
 
 
 def annotate(model, ov_ops, module: Module, target=None) -> None:
@@ -67,9 +70,12 @@ def legalize_placed(model, ov_ops, module: Module) -> dict:
 
 
 def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=None) -> Path:
-    """Write ``out_xml`` and its ``.bin`` atomically (temporary files, then rename). ``check``, if
-    given, is called with the temporary ``.xml`` before anything is renamed; it returns a result
-    with ``passed`` and ``describe()``, and a failed check leaves no output (InputError)."""
+    """Write ``out_xml`` and its ``.bin`` so that no reader ever sees a half-written or mismatched
+    pair: both are saved in a private temporary directory beside ``out_xml``, the ``.bin`` digest is
+    recorded in the ``.xml`` (checked by :func:`hdp.runtime.placed.read_placed`), then the pair is
+    committed by :func:`hdp.fsutil.commit_pair`. ``check``, if given, is called with the temporary
+    ``.xml`` before anything is committed; it returns a result with ``passed`` and ``describe()``,
+    and a failed check leaves no output (InputError)."""
     import openvino as ov
 
     if module.placement is None:
@@ -80,17 +86,37 @@ def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=
     model, ov_ops = reread_source(module)
     annotate(model, ov_ops, module, target)
     legalize_placed(model, ov_ops, module)
-    out_xml.parent.mkdir(parents=True, exist_ok=True)
-    tmpdir = tempfile.mkdtemp(prefix=".hdp-", dir=out_xml.parent)
-    try:
-        tmp_xml = Path(tmpdir) / "placed.xml"
+    pending = f"pending-{secrets.token_hex(16)}"
+    model.set_rt_info(pending, ["hdp", WEIGHTS_DIGEST_KEY])
+    with temp_dir(out_xml.parent, out_xml.name) as tmp:
+        tmp_xml = tmp / "placed.xml"
         ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+        record_weights_digest(tmp_xml, pending)
         if check is not None:
             result = check(tmp_xml)
             if not result.passed:
                 raise InputError(f"{out_xml}: not written: the placed model {result.describe()}")
-        os.replace(tmp_xml.with_suffix(".bin"), out_xml.with_suffix(".bin"))
-        os.replace(tmp_xml, out_xml)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        kill_point("placed-saved")
+        commit_pair(tmp_xml, out_xml)
     return out_xml
+
+
+def weights_digest(bin_path: Path) -> str:
+    """blake2b of a ``.bin`` (``none`` when the model has no weights file)."""
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        with open(bin_path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except FileNotFoundError:
+        return "none"
+    return h.hexdigest()
+
+
+def record_weights_digest(xml: Path, pending: str) -> None:
+    """Replace the placeholder ``pending`` in the saved ``xml`` by the digest of its ``.bin``."""
+    text = xml.read_bytes()
+    needle = f'value="{pending}"'.encode()
+    if text.count(needle) != 1:
+        raise RuntimeError(f"{xml}: the weights digest placeholder was not written once")
+    xml.write_bytes(text.replace(needle, f'value="{weights_digest(xml.with_suffix(".bin"))}"'.encode()))

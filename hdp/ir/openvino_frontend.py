@@ -131,7 +131,9 @@ def as_request(shapes) -> ShapeRequest:
 
 
 def format_input_shapes(shapes: dict[str, list[int]]) -> str:
-    return ";".join(f"{k}:{','.join(map(str, v))}" for k, v in sorted(shapes.items()))
+    """The inverse of :func:`parse_input_shapes`. Scalar inputs are left out: they are static
+    already, and ``NAME:`` would not parse back."""
+    return ";".join(f"{k}:{','.join(map(str, v))}" for k, v in sorted(shapes.items()) if v)
 
 
 # --------------------------------------------------------------------------- the specialisation

@@ -1,20 +1,23 @@
 """Deterministic encoding, hashing and file I/O for Modules.
 
 A ``.hdp`` file is ``MAGIC`` followed by the msgpack encoding of a :class:`Module`. The schema
-version is checked before the full decode so a file from a newer hdp gets a clear message.
+version is checked before the full decode so a file from a newer hdp gets a clear message, and
+every decoded Module is checked by :func:`hdp.ir.verify.verify` before anyone uses it: bytes from a
+file or a cache may be forged, and the Numba kernels trust their arrays.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import msgspec
 
 from hdp.errors import InputError
+from hdp.fsutil import atomic_write
 from hdp.ir.types import SCHEMA_VERSION, Module
+from hdp.ir.verify import VerifyError, verify
 
 MAGIC = b"HDPIR\x00"
 
@@ -39,6 +42,7 @@ def encode_any(value) -> bytes:
 
 
 def decode(data: bytes, source: str = "<bytes>") -> Module:
+    """The Module encoded in ``data``, verified; InputError naming ``source`` otherwise."""
     try:
         header = _header_decoder.decode(data)
     except msgspec.DecodeError as e:
@@ -51,9 +55,14 @@ def decode(data: bytes, source: str = "<bytes>") -> Module:
     if header.schema < 1:
         raise InputError(f"{source}: invalid IR schema {header.schema}")
     try:
-        return _decoder.decode(data)
+        module = _decoder.decode(data)
     except msgspec.DecodeError as e:
         raise InputError(f"{source}: corrupt hdp module ({e})") from None
+    try:
+        verify(module)
+    except VerifyError as e:
+        raise InputError(f"{source}: invalid hdp module: {e}") from None
+    return module
 
 
 def digest_bytes(data: bytes) -> str:
@@ -65,25 +74,8 @@ def digest(module: Module) -> str:
     return digest_bytes(encode(module))
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory and ``os.replace``,
-    so a reader never sees a half-written file and an existing file survives a failed write."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def save(module: Module, path: str | os.PathLike) -> None:
+    """Write ``module`` to ``path`` atomically (see :mod:`hdp.fsutil`)."""
     atomic_write(path, MAGIC + encode(module))
 
 
@@ -95,6 +87,8 @@ def load(path: str | os.PathLike) -> Module:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, expected an .hdp file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
     if not data.startswith(MAGIC):
         raise InputError(f"{path}: not an hdp module file (bad magic bytes)")
     return decode(data[len(MAGIC):], str(path))

@@ -35,6 +35,7 @@ episode. The training options themselves are not checked on resume: pass the sam
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -47,6 +48,7 @@ import numpy as np
 import torch
 
 from hdp.errors import HdpError, InputError
+from hdp.fsutil import atomic_path, atomic_write
 from hdp.learn.graph import LearnGraph
 from hdp.learn.model import MAX_DEVICES, HsdagNet, ModelConfig, Output, ParseConfig, Problem, Round
 
@@ -311,27 +313,129 @@ def _save(path: str, model: HsdagNet, opt, gen: torch.Generator, run: _Run, pc: 
         "curve": run.curve,
         "cache": {k.hex(): v for k, v in run.cache.items()},
     }
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    torch.save(ck, tmp)
-    os.replace(tmp, p)
+    with atomic_path(path) as tmp:  # unique temporary: several runs may share one checkpoint path
+        torch.save(ck, tmp)
 
 
 def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint written by :func:`train`; InputError when missing or not one."""
+    """Read a checkpoint written by :func:`train` and check it field by field; InputError naming
+    the file and the field when it is missing, unreadable or not a valid hdp policy checkpoint."""
+    if os.path.isdir(path):
+        raise InputError(f"policy checkpoint '{path}' is a directory")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise InputError(f"policy checkpoint '{path}' does not exist") from None
     except Exception as e:  # noqa: BLE001  (torch raises many types for a bad file)
-        raise InputError(f"'{path}' is not a readable hdp policy checkpoint ({type(e).__name__}: {e})") from None
+        raise InputError(f"'{path}' is not a readable hdp policy checkpoint ({type(e).__name__}: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
     if not isinstance(ck, dict) or "model_config" not in ck or "state_dict" not in ck:
         raise InputError(f"'{path}' is not an hdp policy checkpoint")
-    if ck.get("version", 0) > CHECKPOINT_VERSION:
-        raise InputError(f"policy checkpoint '{path}' has version {ck['version']}; this hdp reads "
-                         f"up to {CHECKPOINT_VERSION}")
+    _check_fields(ck, path)
     return ck
+
+
+#: Bounds of a checkpoint's architecture: beyond them building the network would exhaust memory.
+_ARCH_LIMITS = {"in_width": (1, 100_000), "feature_width": (0, 100_000), "hidden": (1, 4096),
+                "gcn_layers": (0, 32), "device_dim": (1, 1024)}
+_CURVE_COLS = ("index", "episode", "source", "latency_s", "failed", "best_s", "seconds")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_fields(ck: dict, path: str) -> None:
+    """Every field :func:`train` reads from a checkpoint, by type and range."""
+
+    def bad(field: str, why: str):
+        raise InputError(f"policy checkpoint '{path}': field '{field}' {why}")
+
+    def need(field: str):
+        if field not in ck:
+            bad(field, "is missing")
+        return ck[field]
+
+    v = need("version")
+    if not _is_int(v) or v < 1:
+        bad("version", f"must be a positive integer, not {v!r}")
+    if v > CHECKPOINT_VERSION:
+        raise InputError(f"policy checkpoint '{path}' has version {v}; this hdp reads up to {CHECKPOINT_VERSION}")
+    mc = need("model_config")
+    if not isinstance(mc, dict):
+        bad("model_config", "must be a dictionary")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for k, val in mc.items():
+        if k not in known:
+            bad(f"model_config.{k}", "is not a model option")
+        if k in _ARCH_LIMITS:
+            lo, hi = _ARCH_LIMITS[k]
+            if not _is_int(val) or not lo <= val <= hi:
+                bad(f"model_config.{k}", f"must be an integer in [{lo}, {hi}], not {val!r}")
+        elif k == "cost_aware":
+            if not isinstance(val, bool):
+                bad("model_config.cost_aware", f"must be true or false, not {val!r}")
+        elif not _is_num(val) or not math.isfinite(val):
+            bad(f"model_config.{k}", f"must be a finite number, not {val!r}")
+    for k in ("in_width", "feature_width"):
+        if k not in mc:
+            bad(f"model_config.{k}", "is missing")
+    sd = need("state_dict")
+    if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in sd.items()):
+        bad("state_dict", "must map parameter names to tensors")
+    fw = need("feature_width")
+    if not _is_int(fw) or fw < 0:
+        bad("feature_width", f"must be a non-negative integer, not {fw!r}")
+    if not isinstance(need("cost_aware"), bool):
+        bad("cost_aware", f"must be true or false, not {ck['cost_aware']!r}")
+    if not isinstance(need("digest"), str):
+        bad("digest", "must be a string")
+    devs = need("devices")
+    if not isinstance(devs, list) or not all(isinstance(d, str) for d in devs):
+        bad("devices", "must be a list of device names")
+    for k in ("episode", "samples", "evaluations", "failures"):
+        x = need(k)
+        if not _is_int(x) or x < 0:
+            bad(k, f"must be a non-negative integer, not {x!r}")
+    w = need("worst")
+    if not _is_num(w) or not math.isfinite(w) or w < 0:
+        bad("worst", f"must be a finite number >= 0, not {w!r}")
+    e = need("ema")
+    if e is not None and (not _is_num(e) or not math.isfinite(e)):
+        bad("ema", f"must be a finite number or None, not {e!r}")
+    bl = need("best_latency")
+    if not _is_num(bl) or math.isnan(bl) or bl <= 0:
+        bad("best_latency", f"must be a number > 0, not {bl!r}")
+    if not isinstance(need("best_source"), str):
+        bad("best_source", "must be a string")
+    bd = need("best_device_of")
+    if bd is not None and (not isinstance(bd, torch.Tensor) or bd.dim() != 1 or bd.dtype.is_floating_point
+                           or bd.dtype.is_complex or bd.dtype == torch.bool):
+        bad("best_device_of", "must be None or a 1-D integer tensor")
+    if bd is None and math.isfinite(bl):
+        bad("best_device_of", "is None but best_latency is set")
+    curve = need("curve")
+    if not isinstance(curve, list) or not all(
+            isinstance(r, dict) and set(r) == set(_CURVE_COLS)
+            and all(isinstance(x, (str, int, float)) for x in r.values()) for r in curve):
+        bad("curve", f"must be a list of rows with the fields {', '.join(_CURVE_COLS)}")
+    cache = need("cache")
+    if not isinstance(cache, dict):
+        bad("cache", "must be a dictionary")
+    for k, x in cache.items():
+        if not isinstance(k, str) or len(k) % 4 or any(c not in "0123456789abcdef" for c in k):
+            bad("cache", f"has an invalid placement key {str(k)[:20]!r}")
+        if x is not None and (not _is_num(x) or not math.isfinite(x) or x <= 0):
+            bad("cache", f"has an invalid latency {x!r}")
+    gen = need("generator")
+    if not isinstance(gen, torch.Tensor) or gen.dtype != torch.uint8 or gen.dim() != 1:
+        bad("generator", "must be a 1-D uint8 tensor (a torch.Generator state)")
+    if not isinstance(need("optimizer"), dict):
+        bad("optimizer", "must be a dictionary (an optimizer state)")
 
 
 def _restore(ck: dict, path: str, lg: LearnGraph, model_cfg: ModelConfig) -> ModelConfig:
@@ -340,20 +444,83 @@ def _restore(ck: dict, path: str, lg: LearnGraph, model_cfg: ModelConfig) -> Mod
             f"policy '{path}' was trained on {ck['feature_width']} features per op "
             f"(cost_aware={ck['cost_aware']}); this model has {lg.feature_width} "
             f"(cost_aware={lg.cost_aware}): compute features with the same vocabulary, or train a new policy")
-    return ModelConfig(**ck["model_config"])
+    try:
+        cfg = ModelConfig(**ck["model_config"])
+    except TypeError as e:
+        raise InputError(f"policy checkpoint '{path}': field 'model_config' is invalid ({e})") from None
+    if cfg.in_width != lg.x.shape[1] or cfg.feature_width != lg.feature_width or cfg.cost_aware != lg.cost_aware:
+        raise InputError(f"policy checkpoint '{path}': field 'model_config' describes inputs of width "
+                         f"{cfg.in_width} (features {cfg.feature_width}, cost_aware={cfg.cost_aware}); this "
+                         f"model needs {lg.x.shape[1]} ({lg.feature_width}, cost_aware={lg.cost_aware})")
+    return cfg
+
+
+def _load_weights(model: HsdagNet, ck: dict, path: str) -> None:
+    """``model.load_state_dict`` after checking names, shapes and values of every tensor."""
+    want = model.state_dict()
+    got = ck["state_dict"]
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    if missing or extra:
+        what = f"lacks '{missing[0]}'" if missing else f"has an unknown tensor '{extra[0]}'"
+        raise InputError(f"policy checkpoint '{path}': field 'state_dict' {what}")
+    for k, t in want.items():
+        g = got[k]
+        if tuple(g.shape) != tuple(t.shape) or g.dtype != t.dtype:
+            raise InputError(f"policy checkpoint '{path}': state_dict['{k}'] has shape {tuple(g.shape)} "
+                             f"({g.dtype}); the network needs {tuple(t.shape)} ({t.dtype})")
+        if g.dtype.is_floating_point and not bool(torch.isfinite(g).all()):
+            raise InputError(f"policy checkpoint '{path}': state_dict['{k}'] has NaN or infinite values")
+    model.load_state_dict(got)
+
+
+def _load_run_state(ck: dict, path: str, model: HsdagNet, opt, gen: torch.Generator, run: "_Run",
+                    lg: LearnGraph) -> None:
+    """Restore optimizer, generator and counters of a resumed run, each checked first."""
+    fresh = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    try:
+        opt.load_state_dict(ck["optimizer"])
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+        raise InputError(f"policy checkpoint '{path}': field 'optimizer' does not fit the network ({e})") from None
+    for g, f in zip(opt.param_groups, fresh):  # hyperparameters come from this run, not the file
+        g.update(f)
+    for p in model.parameters():
+        for name, t in opt.state.get(p, {}).items():
+            if not isinstance(t, torch.Tensor) or (t.dim() and tuple(t.shape) != tuple(p.shape)) \
+                    or (t.dtype.is_floating_point and not bool(torch.isfinite(t).all())):
+                raise InputError(f"policy checkpoint '{path}': field 'optimizer' has an invalid '{name}' state")
+    try:
+        gen.set_state(ck["generator"])
+    except (RuntimeError, TypeError) as e:
+        raise InputError(f"policy checkpoint '{path}': field 'generator' is not a generator state ({e})") from None
+    bd = ck["best_device_of"]
+    if bd is not None:
+        bd = bd.numpy().astype(np.int64)
+        if bd.shape != (lg.node_of_op.shape[0],) or (bd.size and (bd.min() < 0 or bd.max() >= lg.n_devices)):
+            raise InputError(f"policy checkpoint '{path}': field 'best_device_of' does not fit this model "
+                             f"({lg.node_of_op.shape[0]} ops, {lg.n_devices} devices)")
+    width = 4 * lg.node_of_op.shape[0]  # hex of int16 per op
+    if any(len(k) != width for k in ck["cache"]):
+        raise InputError(f"policy checkpoint '{path}': field 'cache' holds placements of another size")
+    run.episode, run.samples, run.evaluations = ck["episode"], ck["samples"], ck["evaluations"]
+    run.failures, run.worst, run.ema = ck["failures"], float(ck["worst"]), ck["ema"]
+    run.best_latency, run.best_source = float(ck["best_latency"]), ck["best_source"]
+    run.best_device_of = None if bd is None else bd.astype(np.int16)
+    run.curve = list(ck["curve"])
+    run.cache = {bytes.fromhex(k): (None if v is None else float(v)) for k, v in ck["cache"].items()}
 
 
 def _write_report(report_dir: str, run: _Run, result: TrainResult) -> None:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
     cols = ["index", "episode", "source", "latency_s", "failed", "best_s", "seconds"]
-    with open(d / "curve.csv", "w", newline="") as f:
+    with atomic_path(d / "curve.csv") as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(run.curve)
     summary = {k: v for k, v in asdict(result).items() if k not in ("curve", "best_device_of")}
     summary["config"] = asdict(run.cfg)
-    (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(d / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
     try:
         import matplotlib
 
@@ -373,7 +540,8 @@ def _write_report(report_dir: str, run: _Run, result: TrainResult) -> None:
     ax.set_title(f"HSDAG training: best {result.best_latency * 1e3:.4g} ms ({result.best_source})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(d / "curve.png", dpi=120)
+    with atomic_path(d / "curve.png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -416,19 +584,9 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     run = _Run(problem, evaluate, cfg)
     resumed = ck is not None and ck.get("digest") == lg.digest
     if ck is not None:
-        model.load_state_dict(ck["state_dict"])
+        _load_weights(model, ck, cfg.policy)
     if resumed:
-        opt.load_state_dict(ck["optimizer"])
-        for g in opt.param_groups:
-            g["lr"] = cfg.lr
-        gen.set_state(ck["generator"])
-        run.episode, run.samples, run.evaluations = ck["episode"], ck["samples"], ck["evaluations"]
-        run.failures, run.worst, run.ema = ck["failures"], ck["worst"], ck["ema"]
-        run.best_latency, run.best_source = ck["best_latency"], ck["best_source"]
-        bd = ck["best_device_of"]
-        run.best_device_of = None if bd is None else bd.numpy().astype(np.int16)
-        run.curve = list(ck["curve"])
-        run.cache = {bytes.fromhex(k): v for k, v in ck["cache"].items()}
+        _load_run_state(ck, cfg.policy, model, opt, gen, run, lg)
 
     stopped = "done"
     total = max(cfg.episodes - run.episode, 0) * cfg.samples

@@ -33,10 +33,20 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             return False
         target = getattr(self, "target", None)
         return target is None or any(d.kind == "real" for d in target.devices)
+    #: Fields that cannot change the output (timeouts, where to memoise device answers): left out
+    #: of the cache key, so changing them reuses cached results.
+    key_exclude: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def pass_name(cls) -> str:
         return cls.__struct_config__.tag
+
+    def key_value(self):
+        """What identifies this pass value in a cache key: itself, or its fields without
+        :attr:`key_exclude`."""
+        if not type(self).key_exclude:
+            return self
+        return {f: getattr(self, f) for f in self.__struct_fields__ if f not in type(self).key_exclude}
 
     # Subclasses define ``run(self, module: Module) -> Module``; @register checks it.
 

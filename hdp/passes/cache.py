@@ -1,51 +1,42 @@
 """Content-addressed on-disk cache of pass outputs.
 
-An entry is ``<dir>/<key[:2]>/<key>.hdp``: a blake2b checksum of the payload, then the payload
-(an encoded Module). A corrupt entry (bad checksum or undecodable) is deleted and reported as a miss.
+An entry is ``<dir>/<key[:2]>/<key>.hdp`` in the :class:`hdp.cache.Store` format: a checksum of the
+key and the payload (an encoded Module), then the payload. A corrupt entry (bad checksum, an entry
+stored under another key, undecodable, or failing :func:`hdp.ir.verify.verify`) is deleted with a
+warning and reported as a miss; the cache never stops a run.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
+from hdp.cache import Store, default_cache_dir, open_root
 from hdp.errors import InputError
 from hdp.ir import serde
 from hdp.ir.types import Module
 
-_CHECK = 16  # bytes of checksum
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hdp"
+__all__ = ["PassCache", "default_cache_dir"]
 
 
 class PassCache:
     def __init__(self, directory: str | os.PathLike):
         self.dir = Path(directory)
+        self.store = Store(self.dir, ".hdp")
+        open_root(self.dir)
 
     def _path(self, key: str) -> Path:
-        return self.dir / key[:2] / f"{key}.hdp"
+        return self.store.path(key)
 
     def get(self, key: str) -> Module | None:
-        path = self._path(key)
-        try:
-            data = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+        payload = self.store.get(key)
+        if payload is None:
             return None
-        payload = data[_CHECK:]
-        ok = len(data) > _CHECK and bytes.fromhex(serde.digest_bytes(payload)) == data[:_CHECK]
-        if ok:
-            try:
-                return serde.decode(payload, str(path))
-            except InputError:
-                ok = False
-        warnings.warn(f"discarding corrupt cache entry {path}; recomputing", stacklevel=2)
-        path.unlink(missing_ok=True)
-        return None
+        try:
+            return serde.decode(payload, str(self._path(key)))
+        except InputError as e:
+            self.store.discard(self._path(key), str(e))
+            return None
 
     def put(self, key: str, module: Module, encoded: bytes | None = None) -> None:
-        payload = serde.encode(module) if encoded is None else encoded
-        serde.atomic_write(self._path(key), bytes.fromhex(serde.digest_bytes(payload)) + payload)
+        self.store.put(key, serde.encode(module) if encoded is None else encoded)

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from hdp.fsutil import atomic_write
 from hdp.ir import serde
 
 
@@ -33,7 +34,7 @@ class Timing(Instrument):
                           "cache_hit": hit})
 
     def write(self, path: str | Path) -> None:
-        serde.atomic_write(path, (json.dumps(self.rows, indent=2) + "\n").encode())
+        atomic_write(path, (json.dumps(self.rows, indent=2) + "\n").encode())
 
 
 class DumpIR(Instrument):

@@ -14,9 +14,9 @@ from hdp.passes.instruments import Instrument
 
 
 def pass_key(p: Pass, input_digest: str) -> str:
-    """hash(name, version, encoded options, input digest), plus the host fingerprint for a pass
-    whose output depends on the host (:meth:`Pass.depends_on_host`)."""
-    parts = [p.pass_name(), type(p).version, p, input_digest]
+    """hash(name, version, encoded options but ``key_exclude``, input digest), plus the host
+    fingerprint for a pass whose output depends on the host (:meth:`Pass.depends_on_host`)."""
+    parts = [p.pass_name(), type(p).version, p.key_value(), input_digest]
     if p.depends_on_host():
         from hdp.runtime.host import host_fingerprint
 

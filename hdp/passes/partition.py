@@ -21,8 +21,10 @@ class PartitionPass(Pass, tag="partition"):
     #: pairs of op ids that must share a device beyond the graph's own rules (learned by
     #: ``hdp compile`` when a placement failed its check)
     extra_ties: tuple[tuple[int, int], ...] = ()
+    timeout: float = 120.0  # seconds per measured placement (hsdag:measure); not in the key
     requires = ("graph", "support")
     provides = ("partition",)
+    key_exclude = ("timeout",)
     version = 2
 
     @classmethod
@@ -38,8 +40,12 @@ class PartitionPass(Pass, tag="partition"):
             seed = int(seed)
         except (TypeError, ValueError):
             raise InputError(f"pass 'partition': seed must be an integer, not {seed!r}") from None
+        extra = {k: opts.pop(k) for k in ("timeout",) if k in opts}
         placer = method_from(str(opts.pop("method", "hetero-auto")), opts)
-        return cls(target=target, placer=placer, seed=seed)
+        try:
+            return cls(target=target, placer=placer, seed=seed, **{k: float(v) for k, v in extra.items()})
+        except ValueError:
+            raise InputError(f"pass 'partition': timeout must be a number, not {extra['timeout']!r}") from None
 
     def run(self, module: Module) -> Module:
         from hdp.placement.problem import problem_of
@@ -50,7 +56,8 @@ class PartitionPass(Pass, tag="partition"):
             raise InputError(f"support was computed for devices {module.support.devices}, "
                              f"not for target {devices}")
         problem = problem_of(module, devices, self.extra_ties)
-        placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed))
+        placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed,
+                                                  timeout=self.timeout))
         label = self.placer.label()
         info = {"method": label, **{k: str(v) for k, v in placed.info.items()}}
         part = Partition(method=label, devices=devices,

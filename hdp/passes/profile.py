@@ -18,10 +18,11 @@ class ProfilePass(Pass, tag="profile"):
     target: Target
     runs: int = 10
     warmup: int = 1
-    timeout: float = 600.0
+    timeout: float = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
     requires = ("graph",)
     provides = ("costs",)
     host_dependent = True  # real devices answer: the cache key includes the host
+    key_exclude = ("timeout",)
 
     def run(self, module: Module) -> Module:
         from hdp.runtime.profile import profile_costs

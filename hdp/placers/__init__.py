@@ -35,6 +35,7 @@ class PlaceContext:
     problem: object  # hdp.placement.problem.PlacementProblem
     target: object = None  # hdp.runtime.target.Target (measured rewards)
     seed: int = 0
+    timeout: float = 120.0  # seconds per measured placement before its worker is killed
 
 
 @dataclass

@@ -24,6 +24,7 @@ entropy        0.01        entropy bonus weight (0 disables it)
 reward_shape   neglog      ``neglog`` (-log latency) or ``inverse`` (1/latency)
 baseline       batch       advantage baseline: ``batch`` mean or ``ema``
 cost_aware     true        feed the cost table to the network (false: features only, as published)
+timeout        120         seconds per measured placement before its worker is killed (--timeout)
 =============  ==========  ===============================================================
 
 The network places the tie groups of the placement problem (grouped further by the coarse
@@ -57,7 +58,7 @@ def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
 
     if ctx.target is None:
         raise InputError("hsdag reward 'measure' needs a target")
-    m = Measurer(ctx.module, ctx.target, runs=o.measure_runs)
+    m = Measurer(ctx.module, ctx.target, runs=o.measure_runs, timeout=ctx.timeout)
     return (lambda gd: m.latency(p.op_devices(gd), p.devices)), m.close
 
 

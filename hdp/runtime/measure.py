@@ -62,7 +62,7 @@ from hdp.ir.types import Module
 from hdp.runtime import stats
 from hdp.runtime.host import host_fingerprint
 from hdp.runtime.target import Target, load_target
-from hdp.runtime.worker import FAULT_ENV, decode_msg, write_msg
+from hdp.runtime.worker import FAULT_ENV, PARENT_ENV, decode_msg, write_msg
 
 #: Bump when the meaning of a cached measurement changes.
 MEASURE_VERSION = 2
@@ -155,7 +155,12 @@ def _signal_name(rc: int) -> str:
 
 
 class WorkerProcess:
-    """``python -m hdp.runtime.worker`` with framed requests and a deadline per request."""
+    """``python -m hdp.runtime.worker`` with framed requests and a deadline per request.
+
+    The worker is told this process's pid and dies with it (parent-death signal and a watchdog,
+    see :mod:`hdp.runtime.worker`). On Linux the parent-death signal follows the *thread* that
+    started the worker: start and use a WorkerProcess from one long-lived thread.
+    """
 
     def __init__(self, env: dict | None = None):
         self.env = env  # None: this process's environment at each (re)start
@@ -168,6 +173,7 @@ class WorkerProcess:
         env = dict(os.environ if self.env is None else self.env)
         root = str(Path(hdp.__file__).resolve().parent.parent)  # the worker imports this same hdp
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
+        env[PARENT_ENV] = str(os.getpid())
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "hdp.runtime.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0, env=env)
@@ -278,31 +284,35 @@ def measure_cache_dir() -> Path | None:
 
 
 class MeasureCache:
-    """Successful measurements as JSON files ``<dir>/<key[:2]>/<key>.json`` (default directory:
-    :func:`measure_cache_dir`, or ``~/.cache/hdp/measure`` where caching is off)."""
+    """Successful measurements as JSON entries ``<dir>/<key[:2]>/<key>.json`` of a
+    :class:`hdp.cache.Store` (checksummed with their key; corrupt ones are measured again)."""
 
     def __init__(self, directory: str | os.PathLike | None = None):
-        from hdp.passes.cache import default_cache_dir
+        from hdp.cache import Store, default_cache_dir, open_root
 
         self.dir = Path(directory) if directory else (measure_cache_dir() or default_cache_dir() / "measure")
+        self.store = Store(self.dir, ".json")
+        if directory is None:
+            open_root(self.dir.parent)  # cleans and prunes every namespace of the default root
+        self.store.open()
 
     def _path(self, key: str) -> Path:
-        return self.dir / key[:2] / f"{key}.json"
+        return self.store.path(key)
 
     def get(self, key: str) -> Measurement | None:
-        path = self._path(key)
-        try:
-            m = msgspec.json.decode(path.read_bytes(), type=Measurement)
-        except (FileNotFoundError, NotADirectoryError):
+        data = self.store.get(key)
+        if data is None:
             return None
-        except (msgspec.DecodeError, msgspec.ValidationError, OSError):
-            path.unlink(missing_ok=True)  # corrupt: measure again
+        try:
+            m = msgspec.json.decode(data, type=Measurement)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self.store.discard(self._path(key), "undecodable")  # measure again
             return None
         return msgspec.structs.replace(m, cached=True)
 
     def put(self, key: str, m: Measurement) -> None:
         if m.ok:
-            serde.atomic_write(self._path(key), msgspec.json.encode(msgspec.structs.replace(m, cached=False)))
+            self.store.put(key, msgspec.json.encode(msgspec.structs.replace(m, cached=False)))
 
 
 def _host_key() -> list[str]:
@@ -506,7 +516,12 @@ class Measurer:
                           self.runs, self.warmup] + _host_key()
 
     def _tmpdir(self) -> str:
-        self._tmp = tempfile.mkdtemp(prefix="hdp-measure-")
+        from hdp.fsutil import clean_stale, temp_name
+
+        base = tempfile.gettempdir()
+        clean_stale(base)  # model copies of measurers that were killed
+        self._tmp = os.path.join(base, temp_name("measure"))
+        os.mkdir(self._tmp, 0o700)
         return self._tmp
 
     @property
@@ -627,6 +642,21 @@ class Measurer:
         if not m.ok:
             raise MeasureError(m.error)
         return m.median
+
+    def support(self, device: str) -> list[bool]:
+        """OpenVINO's ``query_model`` on one real device, answered by the worker: whether each op
+        (in the source's op order) is supported. Raises MeasureError when the query fails,
+        crashes or times out (e.g. a plugin running out of memory on huge shapes)."""
+        d = self.target.device(device)
+        if d.kind != "real":
+            raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot be queried")
+        try:
+            reply = self._call({"op": "query", "device": device})
+        except _WorkerFailure as e:
+            raise MeasureError(f"query_model on {device}: {e}") from None
+        if not reply["ok"]:
+            raise MeasureError(f"query_model on {device}: {reply['error']}")
+        return [bool(x) for x in reply["supported"]]
 
     def plain(self, device: str) -> Measurement:
         """The unplaced model compiled directly on ``device`` (no HETERO)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from hdp.errors import InputError
-from hdp.runtime.target import Target, devices_target
+from hdp.runtime.target import Target, devices_target, validate_target
 
 SAVED_KEY = "user_dataaffinity"
 
@@ -73,8 +73,38 @@ def read_placed(xml: str | os.PathLike) -> PlacedModel:
     return placed_from_model(read_model(xml), xml)
 
 
+def check_weights(model, xml: str | os.PathLike) -> None:
+    """InputError when the ``.bin`` beside ``xml`` is not the one hdp wrote with it (a pair mixed
+    by a crash, a copy or a concurrent writer). Models without the record pass unchecked."""
+    from hdp.ir.openvino_backend import WEIGHTS_DIGEST_KEY, weights_digest
+
+    want = _model_info(model, WEIGHTS_DIGEST_KEY)
+    if not want:
+        return
+    bin_path = Path(xml).with_suffix(".bin")
+    try:
+        st = bin_path.stat()
+        stamp = (str(bin_path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        stamp = None
+    got = _digests.get(stamp) if stamp else None
+    if got is None:
+        got = weights_digest(bin_path)
+        if stamp:
+            _digests[stamp] = got
+    if got != want:
+        raise InputError(f"{bin_path}: these weights are not the ones written with {Path(xml).name} "
+                         f"(a mismatched or half-written pair); compile the model again")
+
+
+_digests: dict[tuple, str] = {}
+
+
 def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
-    """The placement carried by an already-read ``ov.Model`` (affinities restored in place)."""
+    """The placement carried by an already-read ``ov.Model`` (affinities restored in place);
+    with the file ``xml`` it was read from, its weights are checked against the recorded digest."""
+    if str(xml) != "<model>":
+        check_weights(model, xml)
     used = restore_affinity(model, str(xml))
     devs = (_model_info(model, "devices") or "").split(",")
     devs = [d for d in devs if d] or used
@@ -85,8 +115,8 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
     tjson = _model_info(model, "target")
     if tjson:
         try:
-            target = msgspec.convert(json.loads(tjson), Target)
-        except (ValueError, msgspec.ValidationError) as e:
+            target = validate_target(msgspec.convert(json.loads(tjson), Target), f"{xml}: hdp target record")
+        except (ValueError, RecursionError, msgspec.ValidationError) as e:
             raise InputError(f"{xml}: invalid hdp target record: {e}") from None
     else:
         target = devices_target(devs)

@@ -38,6 +38,7 @@ This module does not import openvino; :mod:`hdp.runtime.devices` does the regist
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from importlib import resources
@@ -106,38 +107,62 @@ class Target(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         return all(d.kind == "real" for d in self.devices)
 
 
-def _validate(t: Target, source: str) -> Target:
+#: Bounds of the numbers a target may hold: outside them a cost model overflows or means nothing.
+MAX_DEVICES = 64
+_RATE = (1e3, 1e19)  # FLOP/s and bytes/s
+_SECONDS = (0.0, 10.0)  # per-op, per-copy and per-subgraph overheads
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def _number(where: str, x, lo: float, hi: float, lo_open: bool = False) -> None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise InputError(f"{where}: must be a finite number, got {x!r}")
+    if x < lo or (lo_open and x == lo) or x > hi:
+        lo_s = f"({lo:g}" if lo_open else f"[{lo:g}"
+        raise InputError(f"{where}: {x!r} is out of range {lo_s}, {hi:g}]")
+
+
+def validate_target(t: Target, source: str) -> Target:
+    """Check a decoded target field by field; InputError naming the first bad field."""
+    if not t.name.strip():
+        raise InputError(f"{source}: name: must not be empty")
     if not t.devices:
         raise InputError(f"{source}: target has no devices (field 'devices')")
+    if len(t.devices) > MAX_DEVICES:
+        raise InputError(f"{source}: devices: {len(t.devices)} devices, at most {MAX_DEVICES}")
     names = [d.name for d in t.devices]
     for i, d in enumerate(t.devices):
         where = f"{source}: devices[{i}]"
-        if not d.name or any(c in d.name for c in ",:() "):
-            raise InputError(f"{where}.name: invalid device name '{d.name}'")
+        if not _NAME_RE.match(d.name):
+            raise InputError(f"{where}.name: invalid device name '{d.name}' (letters, digits, '_', '.', '-')")
         if d.name in names[:i]:
             raise InputError(f"{where}.name: duplicate device '{d.name}'")
+        if d.plugin and not _NAME_RE.match(d.plugin):
+            raise InputError(f"{where}.plugin: invalid plugin name '{d.plugin}'")
+        for k in d.config:
+            if not k.strip():
+                raise InputError(f"{where}.config: empty key")
         if d.kind == "modeled":
             if d.precision not in PRECISION_BYTES:
                 raise InputError(f"{where}.precision: unknown precision '{d.precision}' "
                                  f"(known: {', '.join(PRECISION_BYTES)})")
             if not d.peak_flops or d.precision not in d.peak_flops:
                 raise InputError(f"{where}.peak_flops: needs an entry for precision '{d.precision}'")
-            bad = [k for k, v in d.peak_flops.items() if not v > 0]
+            for k, v in d.peak_flops.items():
+                if k not in PRECISION_BYTES:
+                    raise InputError(f"{where}.peak_flops.{k}: unknown precision (known: {', '.join(PRECISION_BYTES)})")
+                _number(f"{where}.peak_flops.{k}", v, *_RATE)
+            _number(f"{where}.memory_bandwidth", d.memory_bandwidth, *_RATE)
+            _number(f"{where}.efficiency", d.efficiency, 0.0, 1.0, lo_open=True)
+            _number(f"{where}.op_overhead", d.op_overhead, *_SECONDS)
+            bad = [op for op in d.supported_ops if not op.strip()]
             if bad:
-                raise InputError(f"{where}.peak_flops.{bad[0]}: must be > 0")
-            if not d.memory_bandwidth > 0:
-                raise InputError(f"{where}.memory_bandwidth: must be > 0 for a modeled device")
-            if not 0 < d.efficiency <= 1:
-                raise InputError(f"{where}.efficiency: must be in (0, 1], got {d.efficiency}")
-            if not d.op_overhead >= 0:
-                raise InputError(f"{where}.op_overhead: must be >= 0")
+                raise InputError(f"{where}.supported_ops: empty op type")
         if d.alias and not d.plugin:
             raise InputError(f"{where}.plugin: an aliased device must name the plugin it registers")
-    if not t.link.bandwidth > 0:
-        raise InputError(f"{source}: link.bandwidth: must be > 0")
+    _number(f"{source}: link.bandwidth", t.link.bandwidth, *_RATE)
     for field in ("latency", "subgraph_overhead"):
-        if not getattr(t.link, field) >= 0:
-            raise InputError(f"{source}: link.{field}: must be >= 0")
+        _number(f"{source}: link.{field}", getattr(t.link, field), *_SECONDS)
     return t
 
 
@@ -148,7 +173,7 @@ def parse_target(data: bytes | str, source: str = "<target>") -> Target:
         raise InputError(f"{source}: invalid target: {_with_path(str(e))}") from None
     except msgspec.DecodeError as e:
         raise InputError(f"{source}: malformed TOML: {e}") from None
-    return _validate(t, source)
+    return validate_target(t, source)
 
 
 def builtin_names() -> list[str]:
@@ -178,19 +203,31 @@ def devices_target(names: list[str]) -> Target:
     for n in names:
         cfg = {"INFERENCE_PRECISION_HINT": "f32"} if n.startswith("CPU") else {}
         devs.append(Device(name=n, kind="real", plugin=n, config=cfg))
-    return _validate(Target(name="+".join(names), devices=devs), "--devices")
+    return validate_target(Target(name="+".join(names), devices=devs), "--devices")
+
+
+def target_file(spec: str) -> Path | None:
+    """The file a target spec names (a ``.toml``, a path, or an existing file), else None."""
+    p = Path(spec)
+    if spec != "host" and (p.suffix == ".toml" or os.sep in spec or p.exists()):
+        return p
+    return None
 
 
 def load_target(spec: str) -> Target:
     """A built-in target by name, or a TOML file by path."""
     if spec == "host":
         return host_target()
-    p = Path(spec)
-    if p.suffix == ".toml" or os.sep in spec or p.exists():
+    p = target_file(spec)
+    if p is not None:
+        if p.is_dir():
+            raise InputError(f"{spec}: is a directory, expected a target .toml file")
         try:
             data = p.read_bytes()
         except FileNotFoundError:
             raise InputError(f"{spec}: no such target file") from None
+        except OSError as e:
+            raise InputError(f"{spec}: cannot read the target file ({e.strerror or e})") from None
         return parse_target(data, str(p))
     res = resources.files("hdp.runtime").joinpath("targets", f"{spec}.toml")
     if not res.is_file():

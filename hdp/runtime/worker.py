@@ -18,6 +18,9 @@ true for a user mistake such as a device absent from this host):
   in ``get_ordered_ops()``, which the structure check makes the caller's.
 - ``measure``: ``devices``, ``device_of`` (int16 bytes, one per op position), ``runs``, ``warmup``
   -> ``times`` (seconds per run), ``compile_seconds``. Compiles with HETERO over the devices used.
+- ``query``: ``device`` -> ``supported`` (per op position): OpenVINO's ``query_model`` of the
+  loaded model on that device. It runs here, not in the caller, because a plugin answering it may
+  allocate whatever the model's shapes ask for (``std::bad_alloc``) or crash.
 - ``plain``: ``device``, ``runs``, ``warmup``, ``perf`` -> ``times``, ``compile_seconds`` and, with
   ``perf``, ``nodes``: the compiled (runtime) graph, one entry per node with ``name``, ``type``,
   ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those
@@ -35,8 +38,20 @@ candidates at once:
   (per round, one time per handle in ``handles`` order): runs the candidates in each round's order.
 - ``release``: ``handles`` -> frees them (unknown handles are ignored).
 
+Placement checks (:mod:`hdp.runtime.verify`):
+
+- ``check``: ``devices`` + ``device_of`` (legalized on a copy of the original model, dynamic shapes
+  kept) or ``xml`` (a placed model file), ``rename`` (device name -> the device that stands in for
+  it), optional ``runs`` (default :func:`hdp.ir.openvino_frontend.check_runs`) -> ``passed`` and
+  ``error``, or ``max_error`` (relative L2 against the original on plain CPU f32), ``where``, ``runs``.
+
+The worker dies with its parent: on Linux it asks the kernel for SIGKILL when the parent goes
+(``prctl(PR_SET_PDEATHSIG)``), and on every platform a watchdog thread exits the process as soon as
+its parent process id changes (the parent's pid is passed in ``HDP_WORKER_PARENT``), so a worker
+stuck in a device compile never outlives a killed ``hdp``.
+
 Test hook: ``HDP_MEASURE_FAULT`` = ``crash`` (SIGSEGV), ``hang`` or ``raise``, applied to every
-``measure``/``plain``/``prepare`` request of a worker started with it.
+``measure``/``plain``/``prepare``/``check``/``query`` request of a worker started with it.
 """
 
 from __future__ import annotations
@@ -53,6 +68,8 @@ import numpy as np
 _ENC = msgspec.msgpack.Encoder()
 _DEC = msgspec.msgpack.Decoder()
 FAULT_ENV = "HDP_MEASURE_FAULT"
+PARENT_ENV = "HDP_WORKER_PARENT"
+_PR_SET_PDEATHSIG = 1
 
 
 def write_msg(f, obj) -> None:
@@ -162,6 +179,9 @@ class Worker:
                 return self.check(req)
             if op == "release":
                 return self.release(req)
+            if op == "query":
+                _fault()
+                return self.query(req)
             raise InputError(f"worker: unknown request '{op}'")
         except InputError as e:
             return {"ok": False, "input": True, "error": str(e)}
@@ -192,7 +212,7 @@ class Worker:
                              f"module's); lower it again")
         self.index = fe.name_positions(self.ops)
         self.states = fe.state_tensors(spec)
-        self.inputs = random_inputs(self.model)
+        self.inputs = None  # made on the first run: a query must not allocate the model's inputs
         aff = []
         for op in original.get_ordered_ops():
             rt = op.get_rt_info()
@@ -213,6 +233,8 @@ class Worker:
         model back to the specialised state (every timed inference starts from it)."""
         import openvino as ov
 
+        if self.inputs is None:
+            self.inputs = random_inputs(self.model)
         for i, a in enumerate(self.inputs):
             req.set_input_tensor(i, ov.Tensor(a))
         states = [(st, ov.Tensor(self.states[st.name])) for st in req.query_state() if st.name in self.states]
@@ -408,6 +430,15 @@ class Worker:
         return {"ok": True, "passed": True, "max_error": worst, "where": where, "devices": used,
                 "runs": len(runs), "seconds": time.perf_counter() - t0}
 
+    def query(self, req: dict) -> dict:
+        """``query_model`` on the specialisation: a bool per op position."""
+        from hdp.ir.openvino_frontend import supported_mask
+
+        device = req["device"]
+        supported = self.core((device,)).query_model(self.model, device)
+        return {"ok": True, "supported": supported_mask(self.ops, supported).tolist()}
+
+
     def plain(self, req: dict) -> dict:
         device, perf = req["device"], bool(req.get("perf"))
         core = self.core((device,))
@@ -474,7 +505,39 @@ def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, afte
     return nodes
 
 
+def die_with_parent() -> None:
+    """Exit when the process that started this worker is gone (see the module docstring)."""
+    import signal
+    import threading
+
+    try:
+        parent = int(os.environ.get(PARENT_ENV, "0"))
+    except ValueError:
+        parent = 0
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="hdp-parent-watchdog", daemon=True).start()
+
+
 def main() -> None:
+    die_with_parent()
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -1,0 +1,249 @@
+"""hdp's on-disk caches: one entry store, several namespaces, one size cap.
+
+Layout under the cache root (``--cache-dir``, default ``$XDG_CACHE_HOME/hdp`` or ``~/.cache/hdp``)::
+
+    <root>/<kk>/<key>.hdp             pass outputs (encoded Modules)       hdp.passes.cache
+    <root>/measure/<kk>/<key>.json    measured latencies                   hdp.runtime.measure
+    <root>/support/<kk>/<key>.json    query_model answers per device       hdp.passes.support
+    <root>/zoo/...                    generated benchmark models           hdp.zoo (not pruned)
+
+An entry file is ``MAGIC``, then a blake2b checksum of the key and the payload together, then the
+payload: a damaged entry, or an intact entry moved under another key, fails the check and is
+discarded (never used). Entries are written with :func:`hdp.fsutil.atomic_write`. Reading an entry
+touches its modification time, so pruning removes the least recently used first. The store never
+fails its caller: an unreadable or unwritable entry is a miss (with a warning), not an error.
+
+Size cap: ``HDP_CACHE_MAX_BYTES`` (default 2 GiB) over the pruned namespaces; the first time a
+process opens a cache root it removes temporaries of dead writers and, when the entries exceed the
+cap, prunes them to 80 % of it. ``hdp cache info`` and ``hdp cache prune`` show and prune by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from hdp.fsutil import atomic_write, clean_stale, is_temp
+
+MAGIC = b"HDPC\x01"
+_CHECK = 16
+DEFAULT_MAX_BYTES = 2 << 30
+MAX_BYTES_ENV = "HDP_CACHE_MAX_BYTES"
+#: (namespace, subdirectory of the root, entry suffix); the zoo is listed by ``info`` only.
+NAMESPACES = (("passes", "", ".hdp"), ("measure", "measure", ".json"), ("support", "support", ".json"))
+_KEY_RE = re.compile(r"^[0-9a-f]{4,128}$")
+_opened: set = set()
+_opened_lock = threading.Lock()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hdp"
+
+
+def max_bytes() -> int:
+    """The size cap: ``HDP_CACHE_MAX_BYTES`` (accepts 500M, 2G ...) or 2 GiB."""
+    v = os.environ.get(MAX_BYTES_ENV, "")
+    try:
+        return parse_size(v) if v else DEFAULT_MAX_BYTES
+    except ValueError:
+        warnings.warn(f"{MAX_BYTES_ENV}={v!r} is not a size; using {DEFAULT_MAX_BYTES} bytes", stacklevel=2)
+        return DEFAULT_MAX_BYTES
+
+
+def parse_size(text: str) -> int:
+    """``"1.5G"`` -> bytes (K, M, G, T are powers of 1024; a bare number is bytes)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"not a size: {text!r}")
+    mult = 1024 ** " kmgt".index(m.group(2) or " ")
+    return int(float(m.group(1)) * mult)
+
+
+def _checksum(key: str, payload: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=_CHECK)
+    h.update(key.encode())
+    h.update(b"\0")
+    h.update(payload)
+    return h.digest()
+
+
+class Store:
+    """Checksummed ``key -> bytes`` entries in ``<directory>/<key[:2]>/<key><suffix>``."""
+
+    def __init__(self, directory: str | os.PathLike, suffix: str):
+        self.dir = Path(directory)
+        self.suffix = suffix
+
+    def path(self, key: str) -> Path:
+        if not _KEY_RE.match(key):
+            raise ValueError(f"invalid cache key {key!r}")
+        return self.dir / key[:2] / f"{key}{self.suffix}"
+
+    def get(self, key: str) -> bytes | None:
+        """The payload stored under ``key``, or None (missing, unreadable or corrupt: discarded)."""
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:  # a directory in its place, no permission, I/O error
+            self.discard(path, f"unreadable ({e.strerror or e})")
+            return None
+        head = len(MAGIC) + _CHECK
+        if not data.startswith(MAGIC):  # written by an older hdp (or damaged at its start): recompute
+            self.discard(path, "not in this hdp's entry format", quiet=True)
+            return None
+        if len(data) < head or data[len(MAGIC):head] != _checksum(key, data[head:]):
+            self.discard(path, "checksum mismatch")
+            return None
+        try:
+            os.utime(path)  # least recently used goes first when pruning
+        except OSError:
+            pass
+        return data[head:]
+
+    def put(self, key: str, payload: bytes) -> bool:
+        """Store ``payload`` under ``key``; False (with a warning) when the entry cannot be written."""
+        path = self.path(key)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            atomic_write(path, MAGIC + _checksum(key, payload) + payload)
+            return True
+        except OSError as e:
+            warnings.warn(f"cannot write cache entry {path} ({e.strerror or e}); continuing without it",
+                          stacklevel=2)
+            return False
+
+    def open(self) -> None:
+        """Once per process: remove temporaries left in this store by writers that died."""
+        if _first_open(("store", os.path.abspath(self.dir))):
+            for shard in _shards(self.dir):
+                clean_stale(shard)
+
+    def discard(self, path: Path, why: str, quiet: bool = False) -> None:
+        """Remove an unusable entry (with a warning unless ``quiet``)."""
+        if not quiet:
+            warnings.warn(f"discarding corrupt cache entry {path} ({why}); recomputing", stacklevel=3)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------- whole-root maintenance
+
+
+@dataclass
+class Entry:
+    namespace: str
+    path: Path
+    size: int
+    mtime: float
+
+
+def _first_open(key) -> bool:
+    with _opened_lock:
+        if key in _opened:
+            return False
+        _opened.add(key)
+        return True
+
+
+def _shards(base: Path) -> list[str]:
+    try:
+        return [e.path for e in os.scandir(base) if len(e.name) == 2 and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _entries(root: Path, clean: bool = True) -> tuple[list[Entry], int]:
+    """Every entry of the pruned namespaces, and how many stale temporaries were removed."""
+    out: list[Entry] = []
+    removed = 0
+    for ns, sub, suffix in NAMESPACES:
+        for shard in _shards(root / sub if sub else root):
+            if clean:
+                removed += clean_stale(shard)
+            try:
+                files = list(os.scandir(shard))
+            except OSError:
+                continue
+            for f in files:
+                if f.name.endswith(suffix) and _KEY_RE.match(f.name[: -len(suffix)]) and not is_temp(f.name):
+                    try:
+                        st = f.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    out.append(Entry(ns, Path(f.path), st.st_size, st.st_mtime))
+    return out, removed
+
+
+def open_root(root: str | os.PathLike) -> None:
+    """Once per process and root: remove dead writers' temporaries; prune when over the cap."""
+    if not _first_open(("root", os.path.abspath(root))):
+        return
+    cap = max_bytes()
+    entries, _ = _entries(Path(root))
+    if sum(e.size for e in entries) > cap:
+        _prune(entries, int(cap * 0.8))
+
+
+def _prune(entries: list[Entry], limit: int) -> tuple[int, int]:
+    total = sum(e.size for e in entries)
+    removed = freed = 0
+    for e in sorted(entries, key=lambda e: e.mtime):
+        if total <= limit:
+            break
+        try:
+            e.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue
+        total -= e.size
+        freed += e.size
+        removed += 1
+    return removed, freed
+
+
+def prune(root: str | os.PathLike, limit: int | None = None) -> dict:
+    """Remove least recently used entries until they take at most ``limit`` bytes (default: the
+    cap), and dead writers' temporaries. Returns counts."""
+    entries, temps = _entries(Path(root))
+    removed, freed = _prune(entries, max_bytes() if limit is None else limit)
+    return {"removed": removed, "freed_bytes": freed, "stale_temporaries": temps,
+            "kept": len(entries) - removed, "kept_bytes": sum(e.size for e in entries) - freed}
+
+
+def info(root: str | os.PathLike) -> dict:
+    """Entries and bytes per namespace (and the zoo's size), without changing anything."""
+    root = Path(root)
+    entries, _ = _entries(root, clean=False)
+    out = {"root": str(root), "max_bytes": max_bytes(), "namespaces": {}}
+    for ns, _, _ in NAMESPACES:
+        mine = [e for e in entries if e.namespace == ns]
+        out["namespaces"][ns] = {"entries": len(mine), "bytes": sum(e.size for e in mine)}
+    zoo = root / "zoo"
+    zbytes = zn = 0
+    if zoo.is_dir():
+        for dirpath, _, files in os.walk(zoo):
+            for f in files:
+                try:
+                    zbytes += os.lstat(os.path.join(dirpath, f)).st_size
+                except OSError:
+                    pass
+            zn += dirpath != str(zoo) and os.path.dirname(dirpath) == str(zoo)
+    out["zoo"] = {"entries": zn, "bytes": zbytes}
+    out["total_bytes"] = sum(e.size for e in entries)
+    return out

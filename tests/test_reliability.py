@@ -1,0 +1,652 @@
+"""Regression tests for issue 12: inputs never overwritten, inputs verified, nothing half-written,
+nothing left running. One test (or parameter) per case the issue lists."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hdp.cli import main
+from hdp.errors import InputError
+from hdp.fsutil import KILL_ENV, is_temp, temp_name
+from hdp.ir import serde
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELED = """
+name = "m2"
+[[devices]]
+name = "A"
+kind = "modeled"
+peak_flops = { f32 = 1e12 }
+memory_bandwidth = 1e11
+op_overhead = 5e-6
+[[devices]]
+name = "B"
+kind = "modeled"
+peak_flops = { f32 = 4e12 }
+memory_bandwidth = 3e11
+op_overhead = 2e-5
+"""
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def hdp_proc(*args, env=None, **kw):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH", "")]))
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "hdp", *map(str, args)], capture_output=True, text=True,
+                          env=e, **kw)
+
+
+def refused(r, *needles, usage_ok=False):
+    """Exit 2 with one ``hdp: error:`` line (or click's ``Error:`` usage line when ``usage_ok``)."""
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert "Traceback" not in r.output
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith("hdp: error:") or (usage_ok and line.startswith("Error:")), r.output
+    for n in needles:
+        assert n in line, (n, line)
+    return line
+
+
+def snapshot(*paths):
+    return {p: Path(p).read_bytes() for p in paths if Path(p).is_file()}
+
+
+@pytest.fixture
+def target(tmp_path):
+    t = tmp_path / "m2.toml"
+    t.write_text(MODELED)
+    return t
+
+
+@pytest.fixture
+def module(branchy_xml, tmp_path):
+    m = tmp_path / "m.hdp"
+    assert run("lower", branchy_xml, "-o", m).exit_code == 0
+    return m
+
+
+# --------------------------------------------------------------------------- 1. never overwrite an input
+
+
+@pytest.mark.parametrize("case", ["compile -o IN", "lower -o IN", "compile --timings IN", "compile --emit-ir IN",
+                                  "profile -o IN", "compile --emit-ir == -o", "compile -o symlink to IN",
+                                  "compile -o IN.bin's xml", "compile -o IN via ..", "compile --timings == -o.bin",
+                                  "pass -o the module's source", "compile -o hard link of IN",
+                                  "compile --target IN", "compile --dump-ir holding an input"])
+def test_outputs_never_overwrite_inputs(case, branchy_xml, tmp_path, target, module):
+    model = branchy_xml
+    before = snapshot(model, model.with_suffix(".bin"), target, module)
+    other = tmp_path / "other" / "p.xml"
+    base = ["--target", target, "--method", "heft", "--no-cache", "-q"]
+    if case == "compile -o IN":
+        r = run("compile", model, "-o", model, *base)
+    elif case == "lower -o IN":
+        r = run("lower", model, "-o", model)
+    elif case == "compile --timings IN":
+        r = run("compile", model, "-o", other, "--timings", model, *base)
+    elif case == "compile --emit-ir IN":
+        r = run("compile", model, "-o", other, "--emit-ir", model.with_suffix(".bin"), *base)
+    elif case == "profile -o IN":
+        r = run("profile", model, "-o", model, "--target", target, "--no-cache")
+    elif case == "compile --emit-ir == -o":
+        r = run("compile", model, "-o", other, "--emit-ir", other, *base)
+    elif case == "compile -o symlink to IN":
+        link = tmp_path / "link.xml"
+        link.symlink_to(model)
+        r = run("compile", model, "-o", link, *base)
+    elif case == "compile -o IN.bin's xml":  # -o x.xml whose .bin is the input's weights
+        (tmp_path / "w").mkdir()
+        (tmp_path / "w" / "x.bin").symlink_to(model.with_suffix(".bin"))
+        r = run("compile", model, "-o", tmp_path / "w" / "x.xml", *base)
+    elif case == "compile -o IN via ..":
+        r = run("compile", model, "-o", tmp_path / "other" / ".." / model.name, *base)
+    elif case == "compile --timings == -o.bin":
+        r = run("compile", model, "-o", other, "--timings", other.with_suffix(".bin"), *base)
+    elif case == "pass -o the module's source":
+        r = run("pass", "coarsen", module, "-o", model, "--no-cache")
+    elif case == "compile -o hard link of IN":
+        os.link(model, tmp_path / "hard.xml")
+        r = run("compile", model, "-o", tmp_path / "hard.xml", *base)
+    elif case == "compile --target IN":
+        r = run("compile", model, "-o", other, "--timings", target, *base)
+    else:
+        dump = tmp_path / "dump"
+        dump.mkdir()
+        (dump / "01-lower.hdp").write_bytes(module.read_bytes())
+        r = run("pass", "coarsen", dump / "01-lower.hdp", "-o", tmp_path / "c.hdp", "--no-cache")
+        assert r.exit_code == 0
+        r = run("compile", model, "-o", other, "--dump-ir", dump, "--policy", dump / "01-lower.hdp", *base)
+    refused(r)
+    assert "refusing to overwrite" in r.output or "is also the output" in r.output or "would overwrite" in r.output
+    assert snapshot(*before) == before
+    assert not other.exists()
+
+
+def test_unwritable_outputs_are_reported_before_any_pass(branchy_xml, tmp_path, target):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "X.bin").mkdir()
+    (tmp_path / "adir.xml").mkdir()
+    base = ["--target", target, "--method", "heft", "--no-cache"]
+    for args, needle in [(["-o", tmp_path / "afile" / "p.xml"], "not a directory"),
+                         (["-o", tmp_path / "X.xml"], "is a directory"),
+                         (["-o", tmp_path / "adir.xml"], "is a directory"),
+                         (["-o", tmp_path / "ok.xml", "--timings", tmp_path / "afile" / "t.json"], "not a directory"),
+                         (["-o", tmp_path / "ok.xml", "--dump-ir", tmp_path / "afile"], "is a file"),
+                         (["-o", tmp_path / "ok.xml", "--cache-dir", tmp_path / "afile" / "c"], "not a directory")]:
+        r = CliRunner().invoke(main, ["compile", str(branchy_xml), *map(str, args), *map(str, base[:-1])])
+        refused(r, needle, usage_ok=True)  # click itself refuses a directory given for a file and back
+        assert "[hdp]" not in r.output  # no pass ran
+    assert not (tmp_path / "ok.xml").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["afile", "X.bin", "adir.xml", "branchy.xml",
+                                                                 "branchy.bin", "m2.toml"])
+
+
+# --------------------------------------------------------------------------- 2. verify what comes in
+
+
+def _bad_modules(module_path: Path):
+    """Modules that break one invariant each, built with msgspec's untyped tree."""
+    import msgspec
+
+    tree = msgspec.msgpack.decode(module_path.read_bytes()[len(serde.MAGIC):])
+    g = tree["graph"]
+
+    def variant(fn):
+        t = msgspec.msgpack.decode(msgspec.msgpack.encode(tree))
+        fn(t)
+        return serde.MAGIC + msgspec.msgpack.encode(t)
+
+    def backward(t):  # edges no longer in topological order (the segfault in coarsen)
+        idx = np.frombuffer(t["graph"]["indices"][2], np.int32).copy()
+        idx[-1] = 0
+        t["graph"]["indices"][2] = idx.tobytes()
+
+    def out_of_range(t):
+        idx = np.frombuffer(t["graph"]["indices"][2], np.int32).copy()
+        idx[0] = 10**6
+        t["graph"]["indices"][2] = idx.tobytes()
+
+    def short_data(t):
+        t["graph"]["indptr"][2] = t["graph"]["indptr"][2][:-8]
+
+    def object_dtype(t):
+        t["graph"]["edge_bytes"][0] = "O"
+
+    def huge_shape(t):
+        t["graph"]["indptr"][1] = [2**40]
+
+    def dup_name(t):
+        t["graph"]["ops"][1][0] = t["graph"]["ops"][0][0]
+
+    def bad_port(t):
+        sp = np.frombuffer(t["graph"]["src_port"][2], np.int32).copy()
+        sp[0] = 99
+        t["graph"]["src_port"][2] = sp.tobytes()
+
+    assert g["ops"]
+    return {"not forward in topological order": variant(backward), "out of range": variant(out_of_range),
+            "bytes of data": variant(short_data), "is not a int type": variant(object_dtype),
+            "expected": variant(huge_shape), "not unique": variant(dup_name), "port out of range": variant(bad_port)}
+
+
+@pytest.mark.parametrize("command", ["show", "coarsen", "features", "profile"])
+def test_forged_modules_are_refused_before_any_kernel(module, tmp_path, target, command):
+    for needle, data in _bad_modules(module).items():
+        bad = tmp_path / "bad.hdp"
+        bad.write_bytes(data)
+        if command == "show":
+            r = run("show", bad)
+        elif command == "profile":
+            r = run("profile", bad, "-o", tmp_path / "o.json", "--target", target, "--no-cache")
+        else:
+            r = run("pass", command, bad, "-o", tmp_path / "o.hdp", "--no-cache")
+        line = refused(r, "bad.hdp", "invalid hdp module")
+        assert needle in line, (needle, line)
+        assert not (tmp_path / "o.hdp").exists() and not (tmp_path / "o.json").exists()
+
+
+def test_backward_edge_module_no_longer_segfaults(module, tmp_path):
+    """The issue's ``hdp pass coarsen bad.hdp`` exit 139, in a real process to see a signal."""
+    bad = tmp_path / "bad.hdp"
+    bad.write_bytes(_bad_modules(module)["not forward in topological order"])
+    r = hdp_proc("pass", "coarsen", bad, "-o", tmp_path / "x.hdp", "--no-cache")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "not forward in topological order" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verify_rejects_non_finite_and_out_of_range_stages():
+    from hdp.ir.types import Array, Costs, Module, Op
+    from hdp.ir.build import graph_from_edges
+    from hdp.ir.verify import VerifyError, verify
+
+    ops = [Op(f"n{i}", "Relu", ((1, 4),), ("f32",)) for i in range(3)]
+    m = Module(graph=graph_from_edges(ops, [0, 1], [1, 2], [16, 16]))
+    good = Costs(("A",), Array.of(np.ones((3, 1))), ("modeled",), 1e-6, 1e9, 0.0)
+    verify(m.replace(costs=good))
+    for bad, needle in [(good.__class__(("A",), Array.of(np.full((3, 1), np.nan)), ("modeled",), 1e-6, 1e9, 0.0), "NaN"),
+                        (good.__class__(("A",), Array.of(np.ones((3, 1))), ("modeled",), 1e-6, float("inf"), 0.0),
+                         "link_bandwidth"),
+                        (good.__class__(("A",), Array.of(np.full((3, 1), 1e300)), ("modeled",), 1e-6, 1e9, 0.0), "above"),
+                        (good.__class__(("A", "A"), Array.of(np.ones((3, 2))), ("modeled",) * 2, 1e-6, 1e9, 0.0),
+                         "duplicate")]:
+        with pytest.raises(VerifyError, match=needle):
+            verify(m.replace(costs=bad))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from test_learn import DEV2, FAST, blocks_module, reference
+
+    from hdp.learn.graph import build_learn_graph
+    from hdp.learn.trainer import TrainConfig, train
+
+    m = blocks_module()
+    lg = build_learn_graph(m, DEV2)
+    ck = tmp_path_factory.mktemp("ck") / "ck.pt"
+    train(lg, reference(m), TrainConfig(episodes=1, seed=1, checkpoint=str(ck), **FAST))
+    return ck, lg, reference(m)
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda ck: ck.pop("feature_width"), "field 'feature_width' is missing"),
+    (lambda ck: ck.update(version="1"), "field 'version'"),
+    (lambda ck: ck["state_dict"].update({"head.0.weight": ck["state_dict"]["head.0.weight"][:, :3]}),
+     "state_dict['head.0.weight'] has shape"),
+    (lambda ck: ck["model_config"].update(hidden=10**9), "model_config.hidden"),
+    (lambda ck: ck.update(best_device_of=ck["best_device_of"][:3]), "best_device_of"),
+    (lambda ck: ck.update(generator=ck["generator"][:10]), "generator"),
+    (lambda ck: ck["optimizer"]["state"][0].update(exp_avg=__import__("torch").zeros(1)), "optimizer"),
+    (lambda ck: ck.update(cache={"zz": 1.0}), "cache"),
+    (lambda ck: ck.update(worst=float("nan")), "worst"),
+])
+def test_bad_checkpoint_contents_name_the_field(checkpoint, tmp_path, change, needle):
+    import torch
+
+    from hdp.learn.trainer import TrainConfig, train
+
+    src, lg, ev = checkpoint
+    ck = torch.load(src, weights_only=True)
+    change(ck)
+    bad = tmp_path / "bad.pt"
+    torch.save(ck, bad)
+    with pytest.raises(InputError, match=needle.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        train(lg, ev, TrainConfig(episodes=2, samples=2, hidden=32, progress=False, policy=str(bad)))
+
+
+def test_runs_sharing_one_checkpoint_path_never_collide(tmp_path):
+    """The temporary was always ``ck.pt.tmp``: two writers renamed each other's file away."""
+    import torch
+
+    from hdp.fsutil import atomic_path
+
+    path = tmp_path / "ck.pt"
+    errors = []
+
+    def writer(k):
+        try:
+            for i in range(25):
+                with atomic_path(path) as tmp:
+                    torch.save({"writer": k, "i": i, "pad": torch.zeros(2000)}, tmp)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert torch.load(path, weights_only=True)["i"] == 24
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+
+
+def test_directory_as_target(branchy_xml, tmp_path):
+    refused(run("compile", branchy_xml, "-o", tmp_path / "p.xml", "--target", tmp_path, "--no-cache"),
+            "is a directory")
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("op_overhead = 5e-6", "op_overhead = 1e308", "devices[0].op_overhead"),
+    ("op_overhead = 5e-6", "op_overhead = inf", "devices[0].op_overhead: must be a finite number"),
+    ("memory_bandwidth = 1e11", "memory_bandwidth = inf", "devices[0].memory_bandwidth"),
+    ("peak_flops = { f32 = 1e12 }", "peak_flops = { f32 = inf }", "devices[0].peak_flops.f32"),
+    ("peak_flops = { f32 = 1e12 }", "peak_flops = { f32 = nan }", "devices[0].peak_flops.f32"),
+    ("memory_bandwidth = 1e11", "memory_bandwidth = -1.0", "devices[0].memory_bandwidth"),
+    ('name = "m2"', 'name = "m2"\n[link]\nbandwidth = inf', "link.bandwidth"),
+    ('name = "m2"', 'name = "m2"\n[link]\nlatency = nan', "link.latency"),
+])
+def test_target_numbers_are_finite_and_in_range(branchy_xml, tmp_path, field, value, needle):
+    t = tmp_path / "t.toml"
+    assert field in MODELED
+    t.write_text(MODELED.replace(field, value, 1))
+    refused(run("compile", branchy_xml, "-o", tmp_path / "p.xml", "--target", t, "--method", "hsdag", "--no-cache"),
+            "t.toml", needle)
+    assert not (tmp_path / "p.xml").exists()
+
+
+def test_forged_target_record_in_a_placed_model(branchy_xml, tmp_path, target):
+    out = tmp_path / "p.xml"
+    assert run("compile", branchy_xml, "-o", out, "--target", target, "--method", "heft", "--no-cache", "-q").exit_code == 0
+    text = out.read_text()
+    assert "&quot;op_overhead&quot;: 5e-06" in text
+    out.write_text(text.replace("&quot;op_overhead&quot;: 5e-06", "&quot;op_overhead&quot;: 1e+308", 1))
+    from hdp.runtime.placed import read_placed
+
+    with pytest.raises(InputError, match="op_overhead"):
+        read_placed(out)
+
+
+def test_dynamic_element_type_is_refused(mlp_xml, tmp_path):
+    text = mlp_xml.read_text().replace('element_type="f32" shape="64"', 'element_type="dynamic" shape="64"', 1)
+    assert "dynamic" in text
+    mlp_xml.write_text(text)
+    refused(run("compile", mlp_xml, "-o", tmp_path / "p.xml", "--devices", "CPU", "--no-cache"),
+            "op 'b1' (Constant)", "element type")
+
+
+def test_model_without_ops_is_refused(tmp_path):
+    x = tmp_path / "empty.xml"
+    x.write_text('<?xml version="1.0"?>\n<net name="e" version="11"><layers/><edges/></net>\n')
+    refused(run("compile", x, "-o", tmp_path / "p.xml", "--devices", "CPU", "--no-cache"), "no operations")
+    assert not (tmp_path / "p.xml").exists()
+
+
+def test_scalar_input_model_compiles_and_runs(tmp_path):
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from conftest import save_model
+    from hdp.runtime.placed import compile_placed
+
+    s = ops.parameter([], np.float32, name="s")
+    m = save_model(ov.Model([ops.result(ops.relu(s, name="r"), name="out")], [s], "scalar"), tmp_path / "s.xml")
+    out = tmp_path / "p.xml"
+    r = run("compile", m, "-o", out, "--devices", "CPU", "--no-cache", "-q")
+    assert r.exit_code == 0, r.output
+    res = compile_placed(out)({0: np.array(-2.0, np.float32)})
+    assert float(res[0]) == 0.0
+
+
+@pytest.mark.slow
+def test_huge_static_input_is_an_error_not_bad_alloc(tmp_path):
+    """A 64 GiB input: query_model (now in the worker) runs out of memory; hdp says so, exit 2."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from conftest import save_model
+
+    x = ops.parameter([16, 1024, 1024, 1024], np.float32, name="x")
+    m = save_model(ov.Model([ops.result(ops.relu(x, name="r"), name="out")], [x], "huge"), tmp_path / "h.xml")
+    r = hdp_proc("compile", m, "-o", tmp_path / "p.xml", "--target", "virtual", "--method", "hetero-auto",
+                 "--no-cache", "--no-compare", timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "query_model on CPU" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.xml").exists()
+
+
+# --------------------------------------------------------------------------- 3. nothing half-written
+
+
+def test_atomic_write_fsyncs_and_gets_umask_permissions(tmp_path, monkeypatch):
+    from hdp import fsutil
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    old = os.umask(0o022)
+    try:
+        fsutil.atomic_write(tmp_path / "f.json", b"{}")
+        os.umask(0o027)
+        fsutil.atomic_write(tmp_path / "g.json", b"{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "g.json").stat().st_mode & 0o777 == 0o640
+    assert any(".f.json.hdp-" in s for s in synced) and str(tmp_path) in synced  # the file, then the directory
+
+
+def test_every_output_gets_umask_permissions(branchy_xml, tmp_path, target):
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "o" / "p.xml"
+        r = run("compile", branchy_xml, "-o", out, "--target", target, "--method", "heft", "--no-cache", "-q",
+                "--timings", tmp_path / "o" / "t.json", "--emit-ir", tmp_path / "o" / "m.hdp")
+        assert r.exit_code == 0, r.output
+        assert run("lower", branchy_xml, "-o", tmp_path / "o" / "l.hdp").exit_code == 0
+        assert run("profile", branchy_xml, "-o", tmp_path / "o" / "c.json", "--target", target,
+                   "--no-cache").exit_code == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "o").iterdir()}
+    assert modes == {n: 0o644 for n in ("p.xml", "p.bin", "t.json", "m.hdp", "l.hdp", "c.json")}, modes
+
+
+def test_placed_pair_is_checked_by_the_loader(branchy_xml, tmp_path, target):
+    from hdp.runtime.placed import read_placed
+
+    a = tmp_path / "a.xml"
+    assert run("compile", branchy_xml, "-o", a, "--target", target, "--method", "heft", "--no-cache", "-q").exit_code == 0
+    read_placed(a)
+    assert 'weights_digest value="' in a.read_text()
+    data = bytearray(a.with_suffix(".bin").read_bytes())
+    data[0] ^= 1  # same size, other weights: what a crash between two renames used to leave
+    a.with_suffix(".bin").write_bytes(bytes(data))
+    with pytest.raises(InputError, match="not the ones written with a.xml"):
+        read_placed(a)
+    refused(run("evaluate", a, "--no-cache"), "a.bin", "mismatched")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["placed-saved", "pair-xml-removed", "pair-bin-renamed", "atomic-before-rename"])
+def test_kill_while_writing_leaves_no_mismatched_pair_and_next_run_cleans(branchy_xml, tmp_path, target, point):
+    """SIGKILL at each step of writing the placed model (and the timings file): a reader never gets
+    an old .xml with a new .bin, and the next run removes the temporaries and writes the same bytes."""
+    from hdp.runtime.placed import read_placed
+
+    out = tmp_path / "out" / "p.xml"
+    args = ["compile", branchy_xml, "-o", out, "--target", target, "--method", "heft", "--no-cache", "-q",
+            "--timings", tmp_path / "out" / "t.json"]
+    ref = tmp_path / "ref" / "p.xml"
+    assert hdp_proc(*args[:3], ref, *args[4:10]).returncode == 0
+    # an old, different placed model sits at the output
+    assert hdp_proc("compile", branchy_xml, "-o", out, "--target", target, "--method", "single:A", "--no-cache",
+                    "-q").returncode == 0
+    r = hdp_proc(*args, env={KILL_ENV: point})
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+    if out.exists():  # whatever is there is a consistent pair
+        read_placed(out)
+    r = hdp_proc(*args)
+    assert r.returncode == 0, r.stderr
+    left = [p for p in (tmp_path / "out").rglob("*") if is_temp(p.name)]
+    assert not left, left
+    assert out.read_bytes() == ref.read_bytes() and out.with_suffix(".bin").read_bytes() == ref.with_suffix(".bin").read_bytes()
+
+
+def test_stale_temporaries_of_dead_processes_only_are_removed(branchy_xml, tmp_path, target):
+    out = tmp_path / "p.xml"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / temp_name("p.xml").replace(f"-{os.getpid()}-", f"-{dead.pid}-")
+    stale_dir = tmp_path / temp_name("p.xml").replace(f"-{os.getpid()}-", f"-{dead.pid}-")
+    live = tmp_path / temp_name("p.xml").replace(f"-{os.getpid()}-", "-1-")  # pid 1 is alive
+    stale.write_text("half")
+    stale_dir.mkdir()
+    (stale_dir / "placed.bin").write_text("half")
+    live.write_text("someone else's")
+    assert is_temp(stale.name) and is_temp(live.name)
+    assert run("compile", branchy_xml, "-o", out, "--target", target, "--method", "heft", "--no-cache", "-q").exit_code == 0
+    assert not stale.exists() and not stale_dir.exists() and live.exists()
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+def test_swapped_cache_entries_are_not_used(branchy_xml, tmp_path, target):
+    from hdp.passes.cache import PassCache
+
+    c = PassCache(tmp_path / "c")
+    from hdp.ir.openvino_frontend import lower
+
+    m1 = lower(branchy_xml)
+    m2 = m1.replace(meta={"x": "y"})
+    c.put("aa" * 16, m1)
+    c.put("bb" * 16, m2)
+    p1, p2 = c._path("aa" * 16), c._path("bb" * 16)
+    d1, d2 = p1.read_bytes(), p2.read_bytes()
+    p1.write_bytes(d2)
+    p2.write_bytes(d1)
+    with pytest.warns(UserWarning, match="checksum mismatch"):
+        assert c.get("aa" * 16) is None
+    assert not p1.exists()
+
+
+def test_cache_entry_replaced_by_a_directory_and_uncreatable_cache_dir(branchy_xml, tmp_path, target):
+    cache = tmp_path / "cache"
+    args = ["compile", branchy_xml, "--target", target, "--method", "heft", "-q"]
+    assert run(*args, "-o", tmp_path / "a.xml", "--cache-dir", cache).exit_code == 0
+    for e in cache.rglob("*.hdp"):
+        e.unlink()
+        e.mkdir()
+    with pytest.warns(UserWarning, match="discarding corrupt cache entry"):
+        r = run(*args, "-o", tmp_path / "b.xml", "--cache-dir", cache)
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert (tmp_path / "a.xml").read_bytes() == (tmp_path / "b.xml").read_bytes()
+    (tmp_path / "file").write_text("x")
+    refused(run(*args, "-o", tmp_path / "c.xml", "--cache-dir", tmp_path / "file" / "cache"), "--cache-dir")
+
+
+def test_cache_is_pruned_least_recently_used_first(tmp_path, monkeypatch):
+    import hdp.cache as hc
+
+    store = hc.Store(tmp_path, ".hdp")
+    keys = [f"{i:02x}" * 16 for i in range(10)]
+    for i, k in enumerate(keys):
+        store.put(k, bytes(1000))
+        os.utime(store.path(k), (1000 + i, 1000 + i))
+    assert store.get(keys[0]) is not None  # read: now the most recently used
+    r = run("cache", "info", "--cache-dir", tmp_path, "--json")
+    info = json.loads(r.output)
+    assert info["namespaces"]["passes"]["entries"] == 10
+    r = run("cache", "prune", "--cache-dir", tmp_path, "--max-size", "5000")
+    assert r.exit_code == 0 and "removed 6 entries" in r.output, r.output
+    left = {k for k in keys if store.path(k).exists()}
+    assert left == {keys[0], keys[7], keys[8], keys[9]}
+    # over the cap, opening the root prunes to 80 % of it
+    monkeypatch.setenv(hc.MAX_BYTES_ENV, "2500")
+    monkeypatch.setattr(hc, "_opened", set())
+    hc.open_root(tmp_path)
+    assert sum(store.path(k).exists() for k in keys) == 1
+    refused(run("cache", "prune", "--cache-dir", tmp_path, "--max-size", "lots"), "--max-size")
+
+
+def test_timeout_is_not_part_of_the_cache_key(branchy_xml, tmp_path, target):
+    from hdp.passes.manager import pass_key
+    from hdp.pipeline import make_pass
+    from hdp.runtime.target import load_target
+
+    t = load_target(str(target))
+    a = make_pass("profile", {"target": t, "timeout": 600.0})
+    b = make_pass("profile", {"target": t, "timeout": 5.0})
+    c = make_pass("profile", {"target": t, "runs": 3})
+    assert pass_key(a, "x") == pass_key(b, "x") != pass_key(c, "x")
+    s1 = make_pass("support", {"target": t, "query_cache": "/a"})
+    s2 = make_pass("support", {"target": t, "query_cache": "", "timeout": 1.0})
+    assert pass_key(s1, "x") == pass_key(s2, "x")
+
+
+# --------------------------------------------------------------------------- nothing left running
+
+
+def test_support_queries_are_memoised(branchy_xml, tmp_path, monkeypatch):
+    from hdp.ir.openvino_frontend import lower
+    from hdp.passes.support import query_support
+    from hdp.runtime import measure
+    from hdp.runtime.target import load_target
+
+    m = lower(branchy_xml)
+    t = load_target("virtual")
+    first = query_support(m, t, ["CPU", "CPU_B"], cache_dir=str(tmp_path / "q"))
+    assert all(col.all() for col in first)
+
+    def no_worker(*a, **k):
+        raise AssertionError("a memoised answer started a worker")
+
+    monkeypatch.setattr(measure.Measurer, "support", no_worker)
+    again = query_support(m, load_target("virtual"), ["CPU_B"], cache_dir=str(tmp_path / "q"))
+    assert np.array_equal(again[0], first[1])
+
+
+def _workers_of(pid: int) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"HDP_WORKER_PARENT={pid}".encode() in env:
+            found.append(int(d.name))
+    return found
+
+
+@pytest.mark.slow
+def test_timeout_option_and_worker_dies_with_a_killed_hdp(branchy_xml, tmp_path):
+    """A worker hung in a device call: --timeout bounds the wait; SIGKILL of hdp takes the worker
+    with it (it used to be re-parented to PID 1 and live on)."""
+    from hdp.runtime.worker import FAULT_ENV
+
+    e = dict(os.environ, PYTHONPATH=str(ROOT), **{FAULT_ENV: "hang"})
+    t0 = time.monotonic()
+    r = hdp_proc("compile", branchy_xml, "-o", tmp_path / "p.xml", "--target", "virtual", "--method", "hetero-auto",
+                 "--no-cache", "--timeout", "2", env=e, timeout=120)
+    assert r.returncode == 2 and "timed out after 2 s" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60
+    p = subprocess.Popen([sys.executable, "-m", "hdp", "compile", str(branchy_xml), "-o", str(tmp_path / "p.xml"),
+                          "--target", "virtual", "--method", "hetero-auto", "--no-cache"], env=e,
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _workers_of(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = _workers_of(p.pid)
+    assert workers, "no worker started"
+    p.kill()
+    p.wait()
+    p.stderr.close()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{w}").exists() and _state(w) != "Z" for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists() and _state(w) != "Z"]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_entries_of_an_older_format_are_dropped_quietly(tmp_path, recwarn):
+    import hdp.cache as hc
+
+    store = hc.Store(tmp_path, ".hdp")
+    store.put("ab" * 16, b"payload")
+    assert store.get("ab" * 16) == b"payload"
+    store.path("ab" * 16).write_bytes(bytes(16) + b"payload")  # the previous layout: checksum, payload
+    assert store.get("ab" * 16) is None and not store.path("ab" * 16).exists()
+    assert not [w for w in recwarn if "cache entry" in str(w.message)]
