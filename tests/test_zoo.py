@@ -36,7 +36,7 @@ def tiny_zoo(monkeypatch):
     """Replace mobilenet_v2's builder by a tiny opset model and count how often it runs."""
     calls = []
 
-    def build():
+    def build(shape):
         calls.append(1)
         return _tiny_model()
 
@@ -52,8 +52,10 @@ def _op_counts(xml: Path) -> Counter:
 
 
 def test_unknown_name_lists_known_models(tmp_path):
-    with pytest.raises(InputError, match="unknown zoo model 'vgg16'; known: bert_base, inception_v3, "
-                                         "mobilenet_v2, resnet50"):
+    with pytest.raises(InputError, match="unknown zoo model 'vgg16'; known: bert, bert-tiny, bert_base, "
+                                         "densenet-tiny, densenet121, gpt2, gpt2-tiny, inception_v3, llama, "
+                                         "llama-tiny, mobilenet_v2, mobilenet_v2-tiny, qwen2, qwen2-tiny, "
+                                         r"resnet50, vit, vit-tiny \(each takes options"):
         zoo.export("vgg16", tmp_path / "m.xml")
     assert not (tmp_path / "m.xml").exists()
 
@@ -78,7 +80,8 @@ def test_missing_optional_dependency_names_the_extra(tmp_path, monkeypatch, cach
 
 
 def test_import_is_cheap():
-    code = ("import sys, hdp.zoo; heavy = {'keras', 'transformers', 'torch', 'openvino'} & set(sys.modules);"
+    code = ("import sys, hdp.zoo; heavy = {'keras', 'transformers', 'torch', 'openvino', 'nncf', 'numpy'}"
+            " & set(sys.modules);"
             " print(sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -132,7 +135,7 @@ def test_incomplete_cache_entry_is_regenerated(tmp_path, cache_home, tiny_zoo):
 
 
 def test_failed_build_leaves_no_cache_entry(tmp_path, cache_home, monkeypatch):
-    def broken():
+    def broken(shape):
         raise RuntimeError("converter failed")
 
     spec = dataclasses.replace(zoo.MODELS["resnet50"], packages=(), build=broken)
@@ -210,7 +213,7 @@ def test_real_model_second_export_hits_cache(tmp_path, cache_home, monkeypatch):
     calls = []
     spec = zoo.MODELS["mobilenet_v2"]
     monkeypatch.setitem(zoo.MODELS, "mobilenet_v2",
-                        dataclasses.replace(spec, build=lambda: calls.append(1) or spec.build()))
+                        dataclasses.replace(spec, build=lambda shape: calls.append(1) or spec.build(shape)))
     zoo.export("mobilenet_v2", tmp_path / "a.xml")
     start = time.perf_counter()
     zoo.export("mobilenet_v2", tmp_path / "b.xml")
@@ -245,3 +248,91 @@ def test_generation_makes_no_network_access(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "NETWORK" not in out.stderr, out.stderr[-2000:]
+
+
+# --- names, variants and their cache keys (fast) ------------------------------------------------------
+
+
+def test_variant_names_are_canonical():
+    assert str(zoo.parse("llama-tiny:int4,stateful")) == "llama-tiny:stateful,int4"
+    assert zoo.parse("llama-tiny:int4,g16") == zoo.parse("llama-tiny:int4")  # 16 is llama-tiny's default
+    assert str(zoo.parse("llama-tiny:int4-sym,g32")) == "llama-tiny:int4-sym,g32"
+    assert str(zoo.parse("gpt2-tiny:static,f32")) == "gpt2-tiny"
+    assert zoo.parse("bert-tiny", shape="dynamic", weights="fp16") == zoo.parse("bert-tiny:fp16,dynamic")
+    assert zoo.parse("bert-tiny:dynamic", shape="static") == zoo.parse("bert-tiny")  # keywords win
+    assert zoo.parse(zoo.parse("vit-tiny:dynamic")) == zoo.parse("vit-tiny:dynamic")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("gpt2-tiny:int3", r"unknown option 'int3'; options: static, dynamic, stateful; f32, fp16"),
+    ("gpt2-tiny:static,dynamic", r"options 'static' and 'dynamic' conflict"),
+    ("vit-tiny:stateful", r"'vit-tiny' comes in shapes static, dynamic, not 'stateful'"),
+    ("gpt2-tiny:int8,g32", r"g32\) applies to int4 weights only"),
+    ("gpt2-tiny:int4,g0", r"unknown option 'g0'"),
+])
+def test_bad_variants_say_what_is_allowed(name, message):
+    with pytest.raises(InputError, match=message):
+        zoo.parse(name)
+
+
+def test_catalog_lists_every_model_with_its_variants():
+    rows = {row["name"]: row for row in zoo.catalog()}
+    assert sorted(rows) == zoo.names()
+    assert rows["llama-tiny"]["shapes"] == ["static", "dynamic", "stateful"]
+    assert rows["vit"]["shapes"] == ["static", "dynamic"]
+    assert {row["size"] for row in rows.values()} == {"tiny", "real"}
+    assert all(row["weights"] == list(zoo.WEIGHTS) for row in rows.values())
+
+
+def test_cache_key_follows_the_variant(monkeypatch):
+    real = metadata.version
+    monkeypatch.setattr(zoo.metadata, "version", lambda d: "3.4.0" if d == "nncf" else real(d))
+    keys = {spec: zoo.cache_key(spec) for spec in
+            ("gpt2-tiny", "gpt2-tiny:dynamic", "gpt2-tiny:stateful", "gpt2-tiny:fp16", "gpt2-tiny:int4",
+             "gpt2-tiny:int4,g32", "gpt2-tiny:int4-sym")}
+    assert len(set(keys.values())) == len(keys)
+    assert zoo.cache_key("gpt2-tiny:int4,g16") == keys["gpt2-tiny:int4"]
+    monkeypatch.setattr(zoo.metadata, "version", lambda d: "0.0" if d == "nncf" else real(d))
+    assert zoo.cache_key("gpt2-tiny:int4") != keys["gpt2-tiny:int4"]  # int weights depend on nncf
+    assert zoo.cache_key("gpt2-tiny:fp16") == keys["gpt2-tiny:fp16"]  # fp16 does not
+
+
+def test_missing_nncf_names_the_extra(tmp_path, monkeypatch, cache_home):
+    real = metadata.version
+
+    def version(dist):
+        if dist == "nncf":
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(zoo.metadata, "version", version)
+    with pytest.raises(InputError, match=r"'llama-tiny:int4' needs the 'nncf' package: pip install 'hdp\[zoo\]'"):
+        zoo.export("llama-tiny:int4", tmp_path / "m.xml")
+    assert not cache_home.exists()
+
+
+def _tiny_matmul(shape):
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1 if shape == "static" else -1, 16], ov.Type.f32, name="x")
+    w = ops.constant(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32))
+    return ov.Model([ops.result(ops.matmul(x, w, False, True))], [x], "mm")
+
+
+def test_variant_gets_its_own_cache_entry_and_fp16_weights(tmp_path, cache_home, monkeypatch):
+    import openvino as ov
+
+    spec = dataclasses.replace(zoo.MODELS["mobilenet_v2"], packages=(), build=_tiny_matmul)
+    monkeypatch.setitem(zoo.MODELS, "mobilenet_v2", spec)
+    xml = zoo.export("mobilenet_v2:dynamic,fp16", tmp_path / "m.xml")
+    assert sorted(p.name for p in cache_home.iterdir()) == [
+        f"mobilenet_v2_dynamic_fp16-{zoo.cache_key('mobilenet_v2:dynamic,fp16')}"]
+    model = ov.Core().read_model(str(xml))
+    assert model.inputs[0].get_partial_shape().is_dynamic
+    (matmul,) = [op for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"]
+    convert = matmul.input_value(1).get_node()
+    assert convert.get_type_name() == "Convert" and convert.get_output_element_type(0) == ov.Type.f32
+    assert convert.input_value(0).get_node().get_output_element_type(0) == ov.Type.f16
+    assert model.get_rt_info(["hdp_zoo", "name"]).astype(str) == "mobilenet_v2:dynamic,fp16"
+    assert model.get_rt_info(["hdp_zoo", "weights"]).astype(str) == "fp16"
