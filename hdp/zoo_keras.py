@@ -123,7 +123,10 @@ def _calibrate_batch_norms(keras, net, shape: tuple[int, ...]) -> None:
     norms = [layer for layer in net.layers if isinstance(layer, keras.layers.BatchNormalization)]
     momenta = [layer.momentum for layer in norms]
     generator = torch.Generator().manual_seed(SEED)
-    batch = torch.randn((2,) + tuple(shape[1:]), generator=generator)
+    # Small images end in 1x1 feature maps: 2 samples would give 2 values per channel, and a variance
+    # so small that other inputs saturate the softmax. 32 samples keep the statistics meaningful.
+    samples = 2 if shape[-1] >= 224 else 32
+    batch = torch.randn((samples,) + tuple(shape[1:]), generator=generator)
     try:
         for layer in norms:
             layer.momentum = 0.0
