@@ -163,7 +163,17 @@ EXPECTED = {
                      {"Convolution": 35, "GroupConvolution": 17, "Transpose": 0, "Clamp": 35}),
     "bert_base": ({k: [1, 128] for k in ("input_ids", "attention_mask", "token_type_ids")},
                   {"MatMul": 97, "Softmax": 12, "MVN": 25, "Gelu": 12, "Transpose": 48, "ShapeOf": 0}),
+    "bert": ({k: [1, 128] for k in ("input_ids", "attention_mask", "token_type_ids")},
+             {"MatMul": 73, "ScaledDotProductAttention": 12, "Softmax": 0, "ShapeOf": 0}),
+    "gpt2": ({k: [1, 128] for k in ("input_ids", "attention_mask")},
+             {"MatMul": 49, "ScaledDotProductAttention": 12, "ShapeOf": 0}),
+    "llama": ({k: [1, 128] for k in ("input_ids", "attention_mask")},
+              {"MatMul": 211, "ScaledDotProductAttention": 30, "ShapeOf": 0}),
+    "vit": ({"pixel_values": [1, 3, 224, 224]},
+            {"MatMul": 73, "ScaledDotProductAttention": 12, "Convolution": 1, "ShapeOf": 0}),
+    "densenet121": ({"image": [1, 3, 224, 224]}, {"Convolution": 120, "Concat": 58, "Transpose": 0, "MatMul": 1}),
 }
+# qwen2 (Qwen2.5-0.5B shape) is left to the benches: ~100 s and 2 GB of weights to build.
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +186,7 @@ def _feed(model, rng):
     for port in model.inputs:
         shape = list(port.get_shape())
         if port.get_any_name() == "input_ids":
-            feed["input_ids"] = rng.integers(0, 30522, shape)
+            feed["input_ids"] = rng.integers(0, 30522, shape)  # below every real model's vocabulary
         elif port.get_element_type().get_type_name() == "i64":
             feed[port.get_any_name()] = rng.integers(0, 2, shape)
         else:
@@ -336,6 +346,54 @@ def test_variant_gets_its_own_cache_entry_and_fp16_weights(tmp_path, cache_home,
     assert convert.input_value(0).get_node().get_output_element_type(0) == ov.Type.f16
     assert model.get_rt_info(["hdp_zoo", "name"]).astype(str) == "mobilenet_v2:dynamic,fp16"
     assert model.get_rt_info(["hdp_zoo", "weights"]).astype(str) == "fp16"
+
+
+def _running_sum_lm(stateful: bool, vocab: int = 8):
+    """A toy causal LM: logits[t] = (sum of embeddings of tokens 0..t) @ W; the stateful one keeps the sum
+    of past tokens in a variable (optimum-intel layout: input_ids, attention_mask, beam_idx; logits)."""
+    import openvino as ov
+    import openvino.opset13 as ops
+    from openvino import opset6
+
+    rng = np.random.default_rng(0)
+    ids = ops.parameter([-1, -1], ov.Type.i64, name="input_ids")
+    mask = ops.parameter([-1, -1], ov.Type.i64, name="attention_mask")
+    for p, n in ((ids, "input_ids"), (mask, "attention_mask")):
+        p.output(0).get_tensor().set_names({n})
+    emb = ops.gather(ops.constant(rng.standard_normal((vocab, vocab)).astype(np.float32)), ids, 0)
+    running = ops.cumsum(emb, ops.constant(np.int64(1)))  # [batch, length, vocab]
+    params, sinks = [ids, mask], []
+    if stateful:
+        beam = ops.parameter([-1], ov.Type.i32, name="beam_idx")
+        beam.output(0).get_tensor().set_names({"beam_idx"})
+        batch = ops.gather(ops.shape_of(ids), ops.constant(np.array([0])), ops.constant(np.int64(0)))
+        init = ops.broadcast(ops.constant(np.float32(0)), ops.concat([batch, ops.constant(np.array([vocab]))], 0))
+        past = opset6.read_value(init, "past_sum", ov.Type.f32, [-1, vocab])
+        past_rows = ops.gather(past, beam, ops.constant(np.int64(0)))
+        running = ops.add(running, ops.unsqueeze(past_rows, ops.constant(np.int64(1))))
+        last = ops.gather(running, ops.constant(np.int64(-1)), ops.constant(np.int64(1)))
+        sinks.append(opset6.assign(last, "past_sum"))
+        params.append(beam)
+    logits = ops.matmul(running, ops.constant(rng.standard_normal((vocab, vocab)).astype(np.float32)), False, False)
+    logits.output(0).get_tensor().set_names({"logits"})
+    return ov.Model([ops.result(logits)], sinks, params, "running-sum")
+
+
+def test_generate_carries_state_like_recomputing():
+    import openvino as ov
+
+    core = ov.Core()
+    stateful = core.compile_model(_running_sum_lm(True), "CPU")
+    stateless = core.compile_model(_running_sum_lm(False), "CPU")
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    a, b = zoo.generate(stateful, prompt, steps=3), zoo.generate(stateless, prompt, steps=3)
+    assert a.tokens.shape == (2, 4) and len(a.logits) == 4 and a.logits[0].shape == (2, 8)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    for x, y in zip(a.logits, b.logits):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(zoo.generate(stateful, prompt[1:], steps=3).tokens, a.tokens[1:])  # reset
+    with pytest.raises(InputError, match=r"input_ids must be \[batch, prompt\]"):
+        zoo.generate(stateful, np.zeros((2, 0), np.int64))
 
 
 # --- tiny real exports (slow: torch/transformers/keras import and a few seconds per model) ------------
@@ -560,3 +618,23 @@ def test_fixture_models_for_issue_9(bert_dynamic_xml, cnn_dynamic_xml, llama_sta
              if op.get_type_name() == "Constant"}
     assert "u4" in types
     assert "f16" in {op.get_output_element_type(0).get_type_name() for op in _read(cnn_fp16_xml).get_ordered_ops()}
+
+
+@pytest.mark.slow
+def test_tiny_variants_make_no_network_access():
+    """transformers, keras and NNCF (telemetry included) stay offline while the zoo builds."""
+    pytest.importorskip("nncf", reason="nncf not installed (pip install 'hdp[zoo]')")
+    code = textwrap.dedent("""
+        import sys
+        def hook(event, args):
+            if event in ("socket.connect", "socket.getaddrinfo", "socket.sendto", "urllib.Request"):
+                print("NETWORK", event, args, file=sys.stderr, flush=True)
+        sys.addaudithook(hook)
+        from hdp import zoo
+        for name in ("gpt2-tiny:stateful,int4", "bert-tiny:dynamic,int8", "densenet-tiny:fp16"):
+            zoo.build(name)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "NETWORK" not in out.stderr, out.stderr[-2000:]
