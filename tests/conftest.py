@@ -70,3 +70,14 @@ def cache_dir(tmp_path):
 
 def save_model(model, path):
     return _save(model, path)
+
+
+# Tiny zoo exports (transformers/keras models made the way users make them), cached per session.
+from zoo_exports import (  # noqa: E402,F401
+    bert_dynamic_xml,
+    cnn_dynamic_xml,
+    cnn_fp16_xml,
+    llama_int4_xml,
+    llama_stateful_xml,
+    zoo_export,
+)
