@@ -270,15 +270,26 @@ def show_cmd(file):
 
 
 @main.command("zoo")
-@click.argument("name")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.argument("name", required=False)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model .xml.")
+@click.option("--list", "listing", is_flag=True, help="List the models, their shapes and weight formats.")
 @user_errors
-def zoo_cmd(name, output):
-    """Write a benchmark model (random weights, batch 1): inception_v3, resnet50, bert_base, mobilenet_v2."""
-    from hdp.zoo import export
+def zoo_cmd(name, output, listing):
+    """Write a benchmark model with random weights: NAME[:OPTION,...], e.g. resnet50,
+    gpt2-tiny:dynamic, llama-tiny:stateful,int4 (see --list)."""
+    from hdp import zoo
 
+    if listing or not name:
+        for row in zoo.catalog():
+            click.echo(f"{row['name']:<18} {row['size']:<6} shapes: {', '.join(row['shapes']):<26} "
+                       f"{row['description']}")
+        click.echo(f"weights (any model): {', '.join(zoo.catalog()[0]['weights'])}; e.g. "
+                   f"hdp zoo llama-tiny:stateful,int4 -o model.xml")
+        return
+    if not output:
+        raise click.UsageError("-o/--output is required to write a model")
     check_paths(outputs={"-o": output})
-    path = export(name, output)
+    path = zoo.export(name, output)
     click.echo(f"{name} -> {path}")
 
 
