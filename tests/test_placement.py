@@ -117,7 +117,7 @@ def test_parameter_reaching_its_consumer_through_constant_data_joins_it():
     s = problem(m).structure
     assert s.role.tolist() == [PLACED, CONE, CONE, PLACED, PLACED, PLACED]
     assert s.n_groups == 1 and s.n_tensors == 0
-    assert not s.counted.tolist() == [False]  # the group computes (the Reshape)
+    assert s.counted.tolist() == [True]  # the group computes (the Reshape)
 
 
 # --- ties ----------------------------------------------------------------------------------------
