@@ -1,4 +1,4 @@
-"""random, heft and optimal: support, determinism, and optimal against brute force."""
+"""random, heft and optimal: support, determinism, and optimal against brute force over tie groups."""
 
 from __future__ import annotations
 
@@ -9,75 +9,56 @@ import numpy as np
 import pytest
 
 from hdp.errors import InputError
-from hdp.ir.types import Array, Coarse
-from hdp.passes.assign import colocate
-from hdp.placers import PlaceRequest, placers
-from hdp.runtime.simulate import Simulator, constant_like
-from test_simulate import make_module, random_module
+from hdp.ir.types import Array, Coarse, Support
+from hdp.placers import PlaceContext, place
+from hdp.placers.options import method_from
+from hdp.runtime.simulate import Simulator
+from placement_helpers import make_module, per_group, problem, random_module
 
 
 def run(name, m, seed=0, arg="", **options):
-    fn = placers()[name][0]
-    devs = m.costs.devices
-    return fn(m, PlaceRequest(devices=devs, arg=arg, seed=seed, options=options))
-
-
-def op_devices(placed):
-    return placed.group_device[placed.group_of].astype(np.int64)
+    """Run method ``name[:arg]`` on ``m`` (its problem on the cost table's devices)."""
+    opts = method_from(f"{name}:{arg}" if arg else name, options)
+    return place(opts, PlaceContext(module=m, problem=problem(m), seed=seed))
 
 
 def with_support(m, rng, p_drop=0.3):
-    """Random support: each compute op loses some devices but keeps at least one; ops that
-    assign moves (constant chains) keep all, so every co-location is feasible."""
+    """Random support: each op loses some devices, but every tie group keeps at least one device
+    all its members support (otherwise the problem is an InputError, tested elsewhere)."""
     n, nd = m.graph.n_ops, len(m.costs.devices)
     mask = rng.random((n, nd)) > p_drop
-    mask[np.arange(n), rng.integers(0, nd, n)] = True
-    types = np.array([op.type for op in m.graph.ops])
-    mask[np.isin(types, ["Parameter", "Constant", "Result"]) | constant_like(m)] = True
-    from hdp.ir.types import Support
+    st = problem(m).structure
+    for g in range(st.n_groups):
+        mask[st.members(g), rng.integers(0, nd)] = True
+    mask[st.group_of < 0] = True  # constant data: support is not asked (tested in test_placement)
     return m.replace(support=Support(m.costs.devices, Array.of(mask)))
 
 
-def colocate_batch(m, devs):
-    """assign's co-location applied to many placements at once (rows)."""
-    g = m.graph
-    indptr, idx = g.indptr.numpy(), g.indices.numpy()
-    types = [op.type for op in g.ops]
-    cl = constant_like(m)
-    out = devs.copy()
-    for i in range(g.n_ops - 1, -1, -1):
-        if (cl[i] or types[i] == "Parameter") and indptr[i + 1] > indptr[i]:
-            out[:, i] = out[:, idx[indptr[i]]]
-    sim = Simulator(m)
-    for r in np.nonzero(sim.res_src >= 0)[0]:
-        out[:, r] = out[:, sim.res_src[r]]
-    return out
-
-
 def penalised(m, penalty):
-    """The module whose copy time includes the per-copy penalty (objective = compute + copy)."""
-    return m.replace(costs=msgspec.structs.replace(m.costs, link_latency=m.costs.link_latency + penalty))
+    """The module whose copy time includes the per-copy penalty and whose subgraphs are free
+    (its simulated latency is optimal's objective: compute + penalised copies)."""
+    return m.replace(costs=msgspec.structs.replace(m.costs, link_latency=m.costs.link_latency + penalty,
+                                                   subgraph_overhead=0.0))
 
 
 def brute_force(m, penalty):
-    """Best compute + penalised copy time over every placement that assign can produce."""
-    n, nd = m.graph.n_ops, len(m.costs.devices)
-    allp = np.array(list(itertools.product(range(nd), repeat=n)), np.int64)
-    allp = np.unique(colocate_batch(m, allp), axis=0)
-    sim = Simulator(penalised(m, penalty))
-    return min(sum(sim.terms(d)[:2]) for d in allp)
+    """Best compute + penalised copy time over every allowed device per tie group."""
+    p = problem(penalised(m, penalty))
+    options = [np.nonzero(p.allowed[g])[0] for g in range(p.n_groups)]
+    allp = np.array(list(itertools.product(*options)), np.int64).reshape(-1, p.n_groups)
+    return float(Simulator(p).latencies(allp).min())
 
 
-def objective(m, dev, penalty):
-    c, cp, _ = Simulator(penalised(m, penalty)).terms(dev)
+def objective(m, gd, penalty):
+    c, cp, _ = Simulator(problem(penalised(m, penalty))).terms(gd)
     return c + cp
 
 
-def small_graph(rng, n, nd):
+def small_graph(rng, n, nd, n_ties=0):
     """At most 12 ops; copies sometimes dear (up to 2 s), sometimes cheap (up to 0.25 s)."""
-    m = random_module(rng, n, nd, p_edge=0.3, const_frac=0.15)
+    m = random_module(rng, n, nd, p_edge=0.3, const_frac=0.15, n_ties=n_ties)
     while m.graph.n_ops > 12:
-        m = random_module(rng, n, nd, p_edge=0.3, const_frac=0.15)
+        m = random_module(rng, n, nd, p_edge=0.3, const_frac=0.15, n_ties=n_ties)
     if rng.random() < 0.5:
         m = m.replace(costs=msgspec.structs.replace(m.costs, link_bandwidth=1e4))
     return with_support(m, rng, p_drop=0.2)
@@ -89,14 +70,11 @@ def test_mincut_equals_brute_force_two_devices(seed):
     m = small_graph(rng, int(rng.integers(3, 9)), 2)
     for penalty in (0.0, 0.2):
         p = run("optimal", m, boundary_penalty=penalty)
-        dev = op_devices(p)
         assert p.info["solver"] == "mincut"
         best = brute_force(m, penalty)
-        got = objective(m, dev, penalty)
+        got = objective(m, p.group_device, penalty)
         assert got == pytest.approx(best, rel=1e-6)
         assert p.info["objective"] == pytest.approx(got, rel=1e-9)
-        # the placement is already what assign would produce
-        assert (colocate(m, dev) == dev).all()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -106,16 +84,17 @@ def test_ilp_equals_brute_force_three_devices(seed):
     for penalty in (0.0, 0.2):
         p = run("optimal", m, boundary_penalty=penalty, mip_gap=0.0)
         assert p.info["solver"] == "ilp"
-        got = objective(m, op_devices(p), penalty)
+        got = objective(m, p.group_device, penalty)
         assert got == pytest.approx(brute_force(m, penalty), rel=1e-6)
         assert p.info["gap"] <= 1e-6
 
 
 def test_ilp_and_mincut_agree_on_a_larger_graph():
     rng = np.random.default_rng(7)
-    m = with_support(random_module(rng, 120, 2, p_edge=0.04), rng)
+    m = with_support(random_module(rng, 120, 2, p_edge=0.04, n_ties=4), rng)
     a = run("optimal", m, boundary_penalty=0.0)
     b = run("optimal", m, arg="ilp", boundary_penalty=0.0, mip_gap=0.0)
+    assert a.info["solver"] == "mincut" and b.info["solver"] == "ilp"
     assert a.info["objective"] == pytest.approx(b.info["objective"], rel=1e-6)
 
 
@@ -123,13 +102,14 @@ def test_ilp_and_mincut_agree_on_a_larger_graph():
 def test_optimal_beats_every_single_device_placement(nd):
     rng = np.random.default_rng(nd)
     m = random_module(rng, 150, nd, p_edge=0.03)
-    sim = Simulator(m)
+    pr = problem(m)
+    sim = Simulator(pr)
     p = run("optimal", m, boundary_penalty=0.0, mip_gap=0.0)
-    comp, cp, _ = sim.terms(op_devices(p))
+    comp, cp, _ = sim.terms(p.group_device)
     for d in range(nd):
-        single = np.full(m.graph.n_ops, d)
-        assert comp + cp <= sum(sim.terms(single)[:2]) + 1e-9
+        assert comp + cp <= sum(sim.terms(pr.single(d))[:2]) + 1e-9
     assert comp + cp >= p.info["lower_bound"] - 1e-9
+    assert comp + cp < min(sum(sim.terms(pr.single(d))[:2]) for d in range(nd)) - 1e-6  # a real split
 
 
 @pytest.mark.parametrize("name", ["random", "heft", "optimal"])
@@ -137,22 +117,28 @@ def test_placers_respect_support(name):
     for seed in range(4):
         rng = np.random.default_rng(seed)
         nd = 2 + seed % 2
-        m = with_support(random_module(rng, 60, nd), rng, p_drop=0.5)
-        dev = op_devices(run(name, m, seed=seed))
+        m = with_support(random_module(rng, 60, nd, n_ties=2), rng, p_drop=0.5)
+        pr = problem(m)
+        gd = run(name, m, seed=seed).group_device
+        assert pr.allowed[np.arange(pr.n_groups), gd].all()
+        dev = pr.op_devices(gd)
+        types = np.array([op.type for op in m.graph.ops])
+        # support is asked of the ops that run (not of constant data, Parameters, Results)
+        compute = (pr.structure.group_of >= 0) & ~np.isin(types, ["Parameter", "Result"])
         mask = m.support.mask.numpy()
-        assert mask[np.arange(dev.shape[0]), dev].all()
+        assert mask[np.arange(dev.shape[0]), dev][compute].all()
         # inf in the cost table forbids a device too
         t = m.costs.op_time.numpy().copy()
         t[:, 0] = np.inf
         m2 = m.replace(costs=msgspec.structs.replace(m.costs, op_time=Array.of(t)))
-        mask2 = mask.copy()
-        mask2[:, 0] = False
-        types = np.array([op.type for op in m.graph.ops])
-        ok_rows = mask2.any(axis=1) | np.isin(types, ["Parameter", "Constant", "Result"])
-        if ok_rows.all():
-            dev2 = op_devices(run(name, m2, seed=seed))
-            compute = ~np.isin(types, ["Parameter", "Constant", "Result"])
-            assert (dev2[compute] != 0).all()
+        try:
+            pr2 = problem(m2)
+        except InputError:  # some tie group could only run on D0: the placer is never asked
+            with pytest.raises(InputError, match="can run op"):
+                run(name, m2, seed=seed)
+            continue
+        dev2 = pr2.op_devices(run(name, m2, seed=seed).group_device)
+        assert (dev2[compute] != 0).all()
 
 
 def test_unrunnable_op_is_an_input_error():
@@ -165,11 +151,11 @@ def test_unrunnable_op_is_an_input_error():
 def test_random_is_seeded_and_uniform():
     rng = np.random.default_rng(0)
     m = random_module(rng, 300, 3, p_edge=0.01)
-    a, b, c = (op_devices(run("random", m, seed=s)) for s in (1, 1, 2))
+    a, b, c = (run("random", m, seed=s).group_device for s in (1, 1, 2))
     assert (a == b).all() and not (a == c).all()
     counts = np.bincount(a, minlength=3)
     assert counts.min() > 0.25 * a.shape[0]
-    assert run("random", m).info["simulated"] > 0
+    assert float(run("random", m).info["simulated"]) > 0
 
 
 def test_random_per_coarse_group():
@@ -181,7 +167,13 @@ def test_random_per_coarse_group():
     co = Coarse(group_of=Array.of(gof), n_groups=ng, indptr=Array.of(np.zeros(ng + 1, np.int64)),
                 indices=Array.of(np.zeros(0, np.int32)), edge_bytes=Array.of(np.zeros(0, np.int64)))
     p = run("random", m.replace(coarse=co), seed=5)
-    assert (p.group_of == gof).all() and p.group_device.shape == (ng,)
+    assert "coarse_groups" in p.info  # drawn per coarse group, not per tie group
+    st = problem(m).structure
+    first = st.m_ops[st.m_ptr[:-1]]
+    # every tie group takes the device of the coarse group of its first member, and both devices occur
+    for c in range(ng):
+        assert len(set(p.group_device[gof[first] == c].tolist())) <= 1
+    assert len(set(p.group_device.tolist())) == 2
 
 
 def test_heft_parallelises_cheap_links_and_keeps_expensive_ones_local():
@@ -189,13 +181,24 @@ def test_heft_parallelises_cheap_links_and_keeps_expensive_ones_local():
     t = [[1, 1], [10, 10], [10, 10], [1, 1]]
     edges = [(0, 1), (0, 2), (1, 3), (2, 3)]
     cheap = make_module(["X"] * 4, edges, t, lat=0.0, bw=1e12)
-    dev = op_devices(run("heft", cheap))
+    dev = run("heft", cheap).group_device
     assert dev[1] != dev[2]
     dear = make_module(["X"] * 4, edges, t, lat=100.0, bw=1e12)
-    dev = op_devices(run("heft", dear))
+    dev = run("heft", dear).group_device
     assert len(set(dev.tolist())) == 1
     p = run("heft", cheap)
     assert p.info["makespan"] == pytest.approx(12.0)  # s, then a || b, then j
+
+
+def test_heft_schedules_a_tie_group_as_one_unit():
+    # the same fork-join with a and b tied: they cannot run in parallel on two devices
+    t = [[1, 1], [10, 10], [10, 10], [1, 1]]
+    edges = [(0, 1), (0, 2), (1, 3), (2, 3)]
+    m = make_module(["X"] * 4, edges, t, lat=0.0, bw=1e12, ties=[(1, 2)])
+    p = run("heft", m)
+    dev = problem(m).op_devices(p.group_device)
+    assert dev[1] == dev[2]
+    assert p.info["makespan"] == pytest.approx(22.0)
 
 
 def test_optimal_prefers_the_faster_device_and_pays_copies_only_when_worth_it():
@@ -203,16 +206,16 @@ def test_optimal_prefers_the_faster_device_and_pays_copies_only_when_worth_it():
     t = [[1, 1], [1, 1], [1, 0.01], [1, 1]]
     m = make_module(["X"] * 4, [(0, 1), (1, 2), (2, 3)], t)
     p = run("optimal", m, boundary_penalty=0.0)
-    assert op_devices(p)[2] == 1
+    assert p.group_device[2] == 1
     expensive = make_module(["X"] * 4, [(0, 1), (1, 2), (2, 3)], t, lat=1.0)
     p = run("optimal", expensive, boundary_penalty=0.0)
-    assert len(set(op_devices(p).tolist())) == 1
+    assert len(set(p.group_device.tolist())) == 1
 
 
 def test_optimal_options_and_trivial_cases():
     m = make_module(["X", "X"], [(0, 1)], [[1.0], [2.0]])
     p = run("optimal", m)
-    assert op_devices(p).tolist() == [0, 0] and p.info["solver"] == "trivial"
+    assert p.group_device.tolist() == [0, 0] and p.info["solver"] == "trivial"
     m2 = make_module(["X", "X"], [(0, 1)], np.ones((2, 3)))
     with pytest.raises(InputError, match="mincut"):
         run("optimal", m2, arg="mincut")
@@ -222,14 +225,22 @@ def test_optimal_options_and_trivial_cases():
         run("optimal", m2, boundary_penalty=-1.0)
 
 
-def test_optimal_breaks_a_tie_no_device_can_honour():
-    # K -> Convert (D0 only) -> a (D1 only), P -> a: the Convert cannot follow its consumer
+def test_constant_data_needs_no_support_and_an_unhonourable_tie_is_an_input_error():
+    # K -> Convert (D0 only) -> a (D1 only), P -> a -> R. The old rule tied the Convert to its
+    # consumer and then had to break the tie; now the decompression chain is constant data: it
+    # folds, needs no support, and is given to a on a's device.
     types = ["Constant", "Convert", "Parameter", "X", "Result"]
     t = [[0, 0], [1, np.inf], [0, 0], [np.inf, 1], [0, 0]]
     m = make_module(types, [(0, 1), (1, 3), (2, 3), (3, 4)], t)
     for arg in ("mincut", "ilp"):
-        dev = op_devices(run("optimal", m, arg=arg))
-        assert dev[1] == 0 and dev[3] == 1 and dev[4] == 1
+        dev = problem(m).op_devices(run("optimal", m, arg=arg).group_device)
+        assert dev.tolist() == [1, 1, 1, 1, 1]
+    # a ReadValue/Assign pair whose members no one device can both run
+    types = ["Parameter", "ReadValue", "X", "Assign", "Result"]
+    t = [[0, 0], [1, np.inf], [1, 1], [np.inf, 1], [0, 0]]
+    m = make_module(types, [(0, 1), (1, 2), (2, 3), (2, 4)], t, ties=[(1, 3)])
+    with pytest.raises(InputError, match=r"op[13]'.*tied with"):
+        run("optimal", m)
 
 
 def test_optimal_on_a_lowered_openvino_model_matches_brute_force():
@@ -237,6 +248,7 @@ def test_optimal_on_a_lowered_openvino_model_matches_brute_force():
     from openvino import Model
 
     from hdp.ir.openvino_frontend import lower_model
+    from hdp.ir.types import Costs
 
     x = ops.parameter([1, 4, 8, 8], np.float32, name="x")
     w = ops.constant(np.ones((4, 4, 1, 1), np.float32), name="w")
@@ -253,9 +265,44 @@ def test_optimal_on_a_lowered_openvino_model_matches_brute_force():
     assert "Split" in types and m.graph.n_ops <= 14, types
     rng = np.random.default_rng(0)
     t = rng.uniform(1e-4, 1e-3, (m.graph.n_ops, 2))
-    from hdp.ir.types import Costs
     for bw in (1e6, 1e9):  # copies dear (a 1 KB tensor: 1 ms) and cheap
         mm = m.replace(costs=Costs(("D0", "D1"), Array.of(t), ("modeled",) * 2, 1e-5, bw, 3e-5))
         for penalty in (0.0, 3e-5):
-            dev = op_devices(run("optimal", mm, boundary_penalty=penalty))
-            assert objective(mm, dev, penalty) == pytest.approx(brute_force(mm, penalty), rel=1e-6)
+            gd = run("optimal", mm, boundary_penalty=penalty).group_device
+            assert objective(mm, gd, penalty) == pytest.approx(brute_force(mm, penalty), rel=1e-6)
+
+
+# --- issue 8: optimal is exact for the legal problem (tie groups), with ties -------------------
+
+def tied_graph(rng, nd):
+    """A small random DAG with Parameters, Results, Constants and 1-3 random tie pairs, whose
+    tie groups (after the convex closure) are still many enough for the placement to matter and
+    few enough for brute force (every allowed device per group)."""
+    lo, hi = (6, 12) if nd == 2 else (5, 8)
+    while True:
+        m = random_module(rng, int(rng.integers(10, 18)), nd, p_edge=0.2, const_frac=0.15,
+                          n_ties=int(rng.integers(1, 4)))
+        if m.graph.ties is not None and lo <= problem(m).n_groups <= hi:
+            break
+    if rng.random() < 0.5:
+        m = m.replace(costs=msgspec.structs.replace(m.costs, link_bandwidth=1e4))
+    return with_support(m, rng, p_drop=0.1)
+
+
+@pytest.mark.parametrize("nd,seed", [(2, s) for s in range(10)] + [(3, s) for s in range(6)])
+def test_optimal_equals_brute_force_over_tie_groups_with_ties(nd, seed):
+    rng = np.random.default_rng(1000 * nd + seed)
+    m = tied_graph(rng, nd)
+    pr = problem(m)
+    ties = m.graph.ties.numpy()
+    st = pr.structure
+    # the ties really constrain the problem: some tied pair was two ops before grouping
+    assert any(st.group_of[a] == st.group_of[b] >= 0 for a, b in ties)
+    for penalty in (0.0, 0.2):
+        p = run("optimal", m, boundary_penalty=penalty, mip_gap=0.0)
+        assert p.info["solver"] == ("mincut" if nd == 2 else "ilp")
+        assert objective(m, p.group_device, penalty) == pytest.approx(brute_force(m, penalty), rel=1e-6)
+        dev = pr.op_devices(p.group_device)
+        for a, b in ties:
+            assert dev[a] == dev[b]
+        assert pr.allowed[np.arange(pr.n_groups), p.group_device].all()

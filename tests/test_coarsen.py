@@ -46,6 +46,11 @@ def fine_edges(g: Graph):
 # --------------------------------------------------------------------------- networkx reference
 
 
+#: Inputs, outputs, state, randomness and control flow never fold (hdp.placement.structure).
+NEVER_CONSTANT = {"Parameter", "Result", "ReadValue", "Assign", "RandomUniform", "Multinomial", "Loop", "If",
+                  "TensorIterator"}
+
+
 def nx_coarsen(g: Graph, rule: str = "paper") -> tuple[dict[int, int], nx.DiGraph]:
     """A straightforward networkx version of steps (a) and (b): (group per op, group graph).
 
@@ -57,7 +62,9 @@ def nx_coarsen(g: Graph, rule: str = "paper") -> tuple[dict[int, int], nx.DiGrap
     const: dict[int, bool] = {}
     for v in nx.topological_sort(G):
         preds = list(G.predecessors(v))
-        const[v] = g.ops[v].type == "Constant" or (bool(preds) and all(const[p] for p in preds))
+        t = g.ops[v].type  # constant data, as hdp.placement.structure defines it
+        const[v] = t in ("Constant", "ShapeOf") or (t not in NEVER_CONSTANT and bool(preds)
+                                                    and all(const[p] for p in preds))
     anchor: dict[int, int] = {}
     for v in reversed(range(g.n_ops)):  # stored order is topological; anchors compare by it
         succ = list(G.successors(v))

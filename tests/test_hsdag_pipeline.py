@@ -8,8 +8,10 @@ from hdp.cli import main
 from hdp.ir.openvino_frontend import lower
 from hdp.passes.manager import PassManager
 from hdp.pipeline import compile_schedule
+from hdp.placement.problem import build_problem
 from hdp.runtime.simulate import Simulator
 from hdp.runtime.target import load_target
+from placement_helpers import per_group
 
 SMALL = {"episodes": 3, "samples": 4, "hidden": 32, "reward": "simulate", "warm_start": "none"}
 
@@ -27,20 +29,20 @@ def test_reproducible_for_a_seed(branchy_xml):
 
 def test_never_worse_than_single_devices_in_simulation(branchy_xml):
     m = run(branchy_xml, 0)
-    sim = Simulator(m)
+    sim = Simulator(build_problem(m, m.placement.devices))
     best = float(m.placement.info["best_latency_s"])
-    n = m.graph.n_ops
-    singles = [sim.latency(np.full(n, j, np.int16)) for j in range(len(m.placement.devices))]
+    singles = [sim.latency(sim.problem.single(j)) for j in range(len(m.placement.devices))]
     assert best <= min(singles) * (1 + 1e-5)  # info holds 6 significant digits
-    assert abs(sim.latency(m.placement.device_of.numpy()) - best) <= 1e-5 * best
+    assert abs(sim.latency(per_group(sim.problem, m.placement.device_of.numpy())) - best) <= 1e-5 * best
 
 
 def test_warm_start_from_optimal_matches_it(branchy_xml):
     t = load_target("i9-flex170")
     opt = PassManager(compile_schedule(t, "optimal")).run(lower(branchy_xml))
     m = run(branchy_xml, 0, warm_start="optimal")
-    sim = Simulator(m)
-    assert sim.latency(m.placement.device_of.numpy()) <= sim.latency(opt.placement.device_of.numpy()) * 1.02
+    sim = Simulator(build_problem(m, m.placement.devices))
+    lat = [sim.latency(per_group(sim.problem, x.placement.device_of.numpy())) for x in (m, opt)]
+    assert lat[0] <= lat[1] * 1.02
 
 
 def test_one_device_target_places_everything_there(branchy_xml, tmp_path):

@@ -18,7 +18,7 @@ from hdp.errors import HdpError, InputError
 from hdp.ir.build import edge_sources, graph_from_edges
 from hdp.ir.types import Array, Coarse, Costs, Features, Module, Op, Support
 from hdp.learn.parse import dominant_edges, merge, quotient_edges
-from hdp.placers import PlaceRequest
+from hdp.placement.problem import build_problem
 
 # torch and torch_geometric are hard dependencies of hdp: a broken install must fail this module
 # loudly (an ImportError at collection), never skip the learning suite.
@@ -114,7 +114,7 @@ def _connected_problem(n=40, seed=1):
     src = list(range(n - 1)) + list(rng.integers(0, n // 2, 15))
     dst = list(range(1, n)) + list(rng.integers(n // 2 + 1, n, 15))
     m = make_module(n, src, dst, rng.random((n, 2)) * 1e-3)
-    return Problem(build_learn_graph(m, DEV2))
+    return Problem(build_learn_graph(m, build_problem(m, DEV2)))
 
 
 def _always_merging_net(p: Problem) -> HsdagNet:
@@ -152,9 +152,9 @@ def test_parser_runs_on_the_coarse_graph():
     coarse = Coarse(group_of=Array.of(group_of), n_groups=4, indptr=Array.of(np.array([0, 1, 2, 3, 3])),
                     indices=Array.of(np.array([1, 2, 3], np.int32)), edge_bytes=Array.of(np.zeros(3, np.int64)))
     m = make_module(n, list(range(n - 1)), list(range(1, n)), t, coarse=coarse)
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     assert lg.n_nodes == 4 and lg.edges.tolist() == [[0, 1, 2], [1, 2, 3]]
-    assert lg.op_devices(np.array([0, 1, 0, 1])).tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert lg.group_devices(np.array([0, 1, 0, 1])).tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
     assert lg.cost[:, 0].tolist() == pytest.approx([2e-3] * 4)
 
 
@@ -162,7 +162,7 @@ def test_parser_runs_on_the_coarse_graph():
 
 def test_one_update_changes_the_parameters(tmp_path):
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     ck = tmp_path / "p.pt"
     train(lg, reference(m), TrainConfig(episodes=1, checkpoint=str(ck), seed=3, **FAST))
     with torch.random.fork_rng(devices=[]):
@@ -205,7 +205,7 @@ def sampled_trend(r, k: int = 5) -> float:
 def test_toy_two_device_problem_is_learned(seed, monkeypatch):
     m = blocks_module(n=24, block=4)  # 2^24 placements: sampling the prior alone does not find it
     opt = chain_optimum(m)
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     r = train(lg, reference(m), TrainConfig(episodes=30, seed=seed, **FAST))
     assert r.best_latency <= opt * 1.01
     assert r.best_source in ("sample", "greedy")
@@ -222,7 +222,7 @@ def test_toy_two_device_problem_is_learned(seed, monkeypatch):
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
 def test_same_seed_same_result(algo):
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     runs = [train(lg, reference(m), TrainConfig(episodes=3, seed=s, algo=algo, **FAST)) for s in (7, 7, 8)]
     a, b, c = runs
     assert a.best_latency == b.best_latency
@@ -233,7 +233,7 @@ def test_same_seed_same_result(algo):
 
 def test_checkpoint_resume_continues_the_same_run(tmp_path):
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     ev = reference(m)
     full = train(lg, ev, TrainConfig(episodes=4, seed=5, **FAST))
     ck = str(tmp_path / "run.pt")
@@ -250,21 +250,21 @@ def test_checkpoint_resume_continues_the_same_run(tmp_path):
 def test_policy_reused_on_another_model_and_width_checked(tmp_path):
     m = blocks_module()
     ck = str(tmp_path / "p.pt")
-    train(build_learn_graph(m, DEV2), reference(m), TrainConfig(episodes=2, seed=1, checkpoint=ck, **FAST))
+    train(build_learn_graph(m, build_problem(m, DEV2)), reference(m), TrainConfig(episodes=2, seed=1, checkpoint=ck, **FAST))
     other = blocks_module(n=9, block=2, seed=4)
-    r = train(build_learn_graph(other, DEV2), reference(other), TrainConfig(episodes=1, seed=1, policy=ck, **FAST))
+    r = train(build_learn_graph(other, build_problem(other, DEV2)), reference(other), TrainConfig(episodes=1, seed=1, policy=ck, **FAST))
     assert not r.resumed and r.episodes == 1 and r.best_device_of.shape == (9,)
     t = other.costs.op_time.numpy()
     wide = make_module(9, list(range(8)), list(range(1, 9)), t, width=7)
     with pytest.raises(InputError, match="trained on 6 features"):
-        train(build_learn_graph(wide, DEV2), reference(wide), TrainConfig(episodes=1, policy=ck, **FAST))
+        train(build_learn_graph(wide, build_problem(wide, DEV2)), reference(wide), TrainConfig(episodes=1, policy=ck, **FAST))
     with pytest.raises(InputError, match="does not exist"):
-        train(build_learn_graph(wide, DEV2), reference(wide), TrainConfig(policy=str(tmp_path / "no.pt")))
+        train(build_learn_graph(wide, build_problem(wide, DEV2)), reference(wide), TrainConfig(policy=str(tmp_path / "no.pt")))
 
 
 def test_warm_start_is_a_candidate_and_is_imitated():
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     best = np.array([(i // 3) % 2 for i in range(12)], np.int16)
     r = train(lg, reference(m), TrainConfig(episodes=1, seed=0, **FAST), warm_start=("given", best))
     assert r.best_source == "warm:given" and r.best_latency == pytest.approx(brute_force(m))
@@ -273,13 +273,13 @@ def test_warm_start_is_a_candidate_and_is_imitated():
     p = Problem(lg)
     loss = imitate(net, torch.optim.Adam(net.parameters(), lr=1e-2), p, ParseConfig(), best, 300)
     out = net(p, ParseConfig(), mode="greedy")
-    placed = lg.op_devices(out.logits.argmax(1).numpy()[out.group_of_node])
+    placed = lg.group_devices(out.logits.argmax(1).numpy()[out.group_of_node])
     assert loss < 0.2 and (placed == best).mean() >= 0.95
 
 
 def test_budgets_stop_training():
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     r = train(lg, reference(m), TrainConfig(episodes=50, max_placements=10, **FAST))
     assert r.evaluations == 10 and r.stopped == "placements" and r.best_device_of is not None
     r = train(lg, reference(m), TrainConfig(episodes=10_000, max_seconds=0.5, **FAST))
@@ -297,7 +297,7 @@ def test_failed_evaluations_are_penalised_and_training_continues():
             raise HdpError("HETERO compile failed")
         return ev(device_of)
 
-    r = train(build_learn_graph(m, DEV2), flaky, TrainConfig(episodes=4, seed=2, **FAST))
+    r = train(build_learn_graph(m, build_problem(m, DEV2)), flaky, TrainConfig(episodes=4, seed=2, **FAST))
     assert r.failures >= 5 and r.episodes == 4 and r.samples == 32
     assert any(row["failed"] for row in r.curve)
     assert r.best_latency == pytest.approx(ev(r.best_device_of))
@@ -307,13 +307,13 @@ def test_single_device_placements_are_ordinary_candidates():
     t = np.tile([1e-3, 2e-3], (6, 1))  # A is best everywhere: the optimum is all-on-A
     m = make_module(6, list(range(5)), list(range(1, 6)), t)
     cands = [("single:A", np.zeros(6, np.int16)), ("single:B", np.ones(6, np.int16))]
-    r = train(build_learn_graph(m, DEV2), reference(m), TrainConfig(episodes=2, **FAST), candidates=cands)
+    r = train(build_learn_graph(m, build_problem(m, DEV2)), reference(m), TrainConfig(episodes=2, **FAST), candidates=cands)
     assert r.best_latency == pytest.approx(6e-3) and r.best_device_of.tolist() == [0] * 6
 
 
 def test_bad_options_are_input_errors():
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     for bad in (dict(algo="a2c"), dict(reward="linear"), dict(samples=1), dict(lr=0.0)):
         with pytest.raises(InputError):
             train(lg, reference(m), TrainConfig(**{**FAST, **bad}))
@@ -322,37 +322,41 @@ def test_bad_options_are_input_errors():
 # --- the placer ------------------------------------------------------------------------------
 
 def test_placer_single_device_target_places_everything_there():
-    from hdp.placers import placers
+    from hdp.placers import PlaceContext
+    from hdp.placers.hsdag import hsdag
+    from hdp.placers.options import Hsdag
 
     m = blocks_module()
-    fn = placers()["hsdag"][0]
-    placed = fn(m, PlaceRequest(devices=("A",)))
+    placed = hsdag(Hsdag(), PlaceContext(module=m, problem=build_problem(m, ("A",))))
     assert placed.group_device.tolist() == [0] * 12 and "one device" in placed.info["message"]
 
 
 def test_placer_end_to_end_with_a_warm_start(monkeypatch, tmp_path):
     import hdp.placers as reg
     import hdp.placers.hsdag as hs
+    from hdp.placers.options import method_from
 
     m = blocks_module()
-    monkeypatch.setattr(hs, "_make_evaluator", lambda module, *a, **k: reference(module))
+    ctx = reg.PlaceContext(module=m, problem=build_problem(m, DEV2), seed=1)
+    monkeypatch.setattr(hs, "_make_evaluator", lambda o, ctx, reward: (reference(m), lambda: None))
     best = np.array([(i // 3) % 2 for i in range(12)], np.int16)
-    monkeypatch.setitem(reg._PLACERS, "optimal", (lambda mod, req: reg.Placed.per_op(best), (), "test"))
+    monkeypatch.setattr(hs, "place", lambda opts, ctx: reg.Placed(best))  # the warm start
     opts = {"episodes": 2, "samples": 4, "hidden": 16, "warm_start": "optimal", "report": str(tmp_path),
-            "entropy": None, "budget": 0}
-    placed = reg.placers()["hsdag"][0](m, PlaceRequest(devices=DEV2, seed=1, options=opts))
-    dev = placed.group_device[placed.group_of]
+            "budget": 0}
+    placed = hs.hsdag(method_from("hsdag", opts), ctx)
+    dev = placed.group_device  # one tie group per op here
     assert reference(m)(dev) == pytest.approx(brute_force(m))
     assert placed.info["best_source"] == "warm:optimal" and int(placed.info["placements_evaluated"]) >= 3
     assert (tmp_path / "curve.csv").read_text().count("\n") >= 11 and (tmp_path / "summary.json").exists()
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "curve.png").stat().st_size > 0
     with pytest.raises(InputError, match="warm_start"):
-        reg.placers()["hsdag"][0](m, PlaceRequest(devices=DEV2, options={"warm_start": "nope"}))
-    with pytest.raises(InputError, match="'episodes'"):
-        reg.placers()["hsdag"][0](m, PlaceRequest(devices=DEV2, options={"episodes": "many"}))
+        hs.hsdag(method_from("hsdag", {"warm_start": "nope"}), ctx)
+    with pytest.raises(InputError, match="episodes"):
+        hs.hsdag(method_from("hsdag", {"episodes": "many"}), ctx)
 
 
 def test_importing_the_placers_does_not_import_torch():
-    code = "import sys, hdp.placers.all; assert 'torch' not in sys.modules, 'torch imported'"
+    code = ("import sys, hdp.placers, hdp.placers.options, hdp.passes.partition; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

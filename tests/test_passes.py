@@ -1,5 +1,7 @@
 import json
 
+import msgspec
+
 import numpy as np
 import pytest
 
@@ -65,21 +67,35 @@ def test_hetero_auto_uses_priority_order(branchy_xml):
     assert set(out.placement.device_of.numpy().tolist()) == {1}
 
 
-def test_assign_colocates_constants_and_results(branchy_xml):
+def test_assign_expands_groups_constants_follow_consumers_results_producers(branchy_xml):
     from hdp.ir.types import Array, Partition
+    from hdp.placement.problem import build_problem
 
     m = lower(branchy_xml)
     m = make_pass("support", {"target": load_target("virtual")}).run(m)
     names = [op.name for op in m.graph.ops]
-    # put every compute op on CPU_B except conv; constants/params/results start on the "wrong" side
-    dev = np.array([0 if n == "conv" else (1 if m.graph.ops[i].type not in ("Constant", "Parameter", "Result")
-                                           else 1 - (n == "w")) for i, n in enumerate(names)], np.int16)
-    part = Partition("manual", ("CPU", "CPU_B"), Array.of(np.arange(len(names), dtype=np.int32)), Array.of(dev))
+    p = build_problem(m, ("CPU", "CPU_B"))
+    st = p.structure
+    gof = dict(zip(names, st.group_of.tolist()))
+    # conv and relu on CPU, every other group on CPU_B
+    gd = np.ones(p.n_groups, np.int16)
+    gd[[gof["conv"], gof["relu"]]] = 0
+    part = Partition("manual", ("CPU", "CPU_B"), Array.of(st.anchor, np.int32), Array.of(gd))
     out = make_pass("assign", {}).run(m.replace(partition=part)).placement.device_of.numpy()
     d = dict(zip(names, out.tolist()))
-    assert d["w"] == d["conv"] == 0 and d["x"] == 0  # constant and parameter follow conv
+    assert d["w"] == d["x"] == d["conv"] == 0  # the weight shows its consumer's device, x is tied to conv
     assert d["axis"] == d["split"] == 1
-    assert d["out"] == d["sum"] and d["feat"] == d["relu"]
+    assert d["feat"] == d["relu"] == 0 and d["out"] == d["sum"] == 1  # Results with their producers
+    # a partition of another graph, or one that puts a group where it cannot run, is refused
+    bad = Partition("manual", ("CPU", "CPU_B"), Array.of(np.arange(len(names), dtype=np.int32)),
+                    Array.of(np.zeros(len(names), np.int16)))
+    with pytest.raises(InputError, match="groups"):
+        make_pass("assign", {}).run(m.replace(partition=bad))
+    mask = m.support.mask.numpy().copy()
+    mask[names.index("split"), 1] = False
+    m2 = m.replace(support=msgspec.structs.replace(m.support, mask=Array.of(mask)))
+    with pytest.raises(InputError, match="'split'.*CPU_B"):
+        make_pass("assign", {}).run(m2.replace(partition=part))
 
 
 def test_failing_pass_is_named(branchy_xml):

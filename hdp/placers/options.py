@@ -126,8 +126,12 @@ class Hsdag(PlacerOptions, tag="hsdag"):
             raise InputError(f"hsdag option 'lr' must be in (0, 1), got {self.lr}")
         if not 0 <= self.entropy < float("inf"):
             raise InputError(f"hsdag option 'entropy' must be a finite number >= 0, got {self.entropy}")
-        if self.warm_start == "hsdag":
+        warm = self.warm_start.partition(":")[0]
+        if warm == "hsdag":
             raise InputError("hsdag option 'warm_start' cannot be hsdag itself")
+        if self.warm_start != "none" and warm not in METHODS:
+            raise InputError(f"hsdag option 'warm_start': unknown method '{self.warm_start}' "
+                             f"(use none or one of {', '.join(m for m in sorted(METHODS) if m != 'hsdag')})")
 
 
 Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag]
