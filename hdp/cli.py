@@ -190,7 +190,7 @@ def _parse_sets(sets) -> dict:
 def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache_dir, no_cache):
     """Run one pass NAME on a Module file INPUT and write the result to OUTPUT."""
     from hdp.ir.serde import load, save
-    from hdp.passes.base import registry
+    from hdp.passes.registry import registry
     from hdp.passes.instruments import Timing
     from hdp.passes.manager import PassManager
     from hdp.pipeline import make_pass, takes_target
@@ -224,7 +224,7 @@ def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache
 @main.command("passes")
 def passes_cmd():
     """List the passes, their options and the placement methods with theirs."""
-    from hdp.passes.base import registry
+    from hdp.passes.registry import registry
     from hdp.placers.options import METHODS
 
     for name, cls in sorted(registry().items()):

@@ -130,17 +130,20 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     kw = dict(runs=runs, warmup=warmup, timeout=timeout, cache=True)
     plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
                           max_seconds=max_seconds)
+    checked = None
     try:
-        res = evaluate_placed(placed, tgt, plain=plain, plan=plan, check=True, **kw)
+        from hdp.runtime.verify import check_placed_file
+
+        checked = check_placed_file(placed, tgt, timeout=timeout)
+        if not checked.passed:
+            raise MeasureError(f"{placed}: the placed model {checked.describe()}")
+        res = evaluate_placed(placed, tgt, plain=plain, plan=plan, **kw)
     except InputError as e:
         if not plain or "not a placed model" not in str(e):
             raise
         with Measurer(placed, tgt or _load_target(None, None), **kw) as m:
             res = {"plain": m.plain(plain)}
     comparison = res.pop("comparison", None)
-    checked = res.pop("check", None)
-    if checked is not None and not checked.passed:
-        raise MeasureError(f"{placed}: the placed model {checked.describe()}")
     if as_json:
         out = {k: v.to_dict() for k, v in res.items()}
         if checked is not None:

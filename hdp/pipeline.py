@@ -6,7 +6,8 @@ from pathlib import Path
 
 from hdp.ir import serde
 from hdp.ir.types import Module
-from hdp.passes.base import Pass, registry
+from hdp.passes.base import Pass
+from hdp.passes.registry import registry
 from hdp.passes.cache import PassCache
 from hdp.passes.instruments import Instrument
 from hdp.runtime.target import Target

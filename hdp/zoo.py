@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from hdp.errors import InputError
+from hdp.zoo_common import SEED
 from hdp.fsutil import clean_stale, commit_pair, temp_dir, temp_name
 
 ZOO_VERSION = 2  # bump when a model definition or the export recipe changes
-SEED = 0
 BERT_SEQUENCE_LENGTH = 128
 _BASE_PACKAGES = ("openvino", "torch")
 
@@ -449,13 +449,6 @@ def _quiet() -> Iterator[None]:
 
     with redirect_stdout(io.StringIO()):
         yield
-
-
-def _name_port(port, name: str) -> None:
-    port.get_tensor().set_names({name})
-    node = port.get_node()
-    if node.get_type_name() == "Parameter":
-        node.set_friendly_name(name)
 
 
 def _fold_shape_computations(ov_model) -> None:

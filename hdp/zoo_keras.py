@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 from hdp.errors import InputError
-from hdp.zoo import SEED, _name_port
+from hdp.zoo_common import SEED, name_port
 
 
 def import_keras():
@@ -66,8 +66,8 @@ def build_cnn(application: str, size: int, shape: str, **kwargs: Any):
             ov_model = ov.convert_model(traced, input=[(ov_shape, ov.Type.f32)])
     finally:
         keras.config.set_image_data_format(previous)
-    _name_port(ov_model.inputs[0], "image")
-    _name_port(ov_model.outputs[0], "predictions")
+    name_port(ov_model.inputs[0], "image")
+    name_port(ov_model.outputs[0], "predictions")
     return ov_model
 
 

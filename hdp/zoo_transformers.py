@@ -19,7 +19,7 @@ import warnings
 from typing import Any
 
 from hdp.errors import InputError
-from hdp.zoo import SEED, _name_port
+from hdp.zoo_common import SEED, name_port
 
 # (kind, preset) -> (config class name, config kwargs, static sequence length or image size)
 _TEXT_TINY = dict(vocab_size=512, max_position_embeddings=128)
@@ -181,8 +181,8 @@ def _vit(transformers, config, size: int, shape: str):
     example = {"pixel_values": torch.zeros((batch, 3, size, size))}
     ov_model = _convert(_Logits.image(net), example,
                         {"pixel_values": [1 if shape == "static" else -1, 3, size, size]})
-    _name_port(ov_model.inputs[0], "pixel_values")
-    _name_port(ov_model.outputs[0], "logits")
+    name_port(ov_model.inputs[0], "pixel_values")
+    name_port(ov_model.outputs[0], "logits")
     return ov_model
 
 
@@ -199,7 +199,7 @@ def _decoder(transformers, model_class: str, config, length: int, shape: str):
                             {k: [1, length] for k in inputs})
     else:
         ov_model = _convert(_Logits.causal(net), _text_inputs(inputs, 2, 8), None)
-    _name_port(ov_model.outputs[0], "logits")
+    name_port(ov_model.outputs[0], "logits")
     return ov_model
 
 
@@ -257,11 +257,11 @@ def _stateful_decoder(net, config):
         raise RuntimeError(f"unexpected traced decoder: {len(ov_model.inputs)} inputs, "
                            f"{len(ov_model.outputs)} outputs for {layers} layers")
     for port, name in zip(ov_model.inputs, names + past_names):
-        _name_port(port, name)
+        name_port(port, name)
     for port in ov_model.inputs[len(names):]:  # heads and head size are known, batch and length are not
         port.get_node().set_partial_shape(ov.PartialShape([-1, kv_heads, -1, head_dim]))
     for port, name in zip(ov_model.outputs, ["logits"] + present_names):
-        _name_port(port, name)
+        name_port(port, name)
     ov_model.validate_nodes_and_infer_types()
     _fuse_cache_reorder(ov_model, past_names)
     _make_stateful(ov_model, dict(zip(past_names, present_names)))

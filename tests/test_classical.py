@@ -13,7 +13,7 @@ from hdp.ir.types import Array, Coarse, Support
 from hdp.placers import PlaceContext, place
 from hdp.placers.options import method_from
 from hdp.runtime.simulate import Simulator
-from placement_helpers import make_module, per_group, problem, random_module
+from placement_helpers import make_module, problem, random_module
 
 
 def run(name, m, seed=0, arg="", **options):

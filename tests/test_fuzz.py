@@ -476,14 +476,15 @@ def learner(tmp_path_factory):
 
     from hdp.learn.graph import build_learn_graph
     from hdp.learn.trainer import TrainConfig, train
+    from hdp.placement.problem import build_problem
 
     d = tmp_path_factory.mktemp("ck")
     m = blocks_module()
-    lg = build_learn_graph(m, DEV2)
+    lg = build_learn_graph(m, build_problem(m, DEV2))
     ck = d / "ck.pt"
     train(lg, reference(m), TrainConfig(episodes=2, seed=1, checkpoint=str(ck), **FAST))
     other = blocks_module(n=9, block=2, seed=4)
-    return {"ck": ck, "same": (lg, reference(m)), "other": (build_learn_graph(other, DEV2), reference(other))}
+    return {"ck": ck, "same": (lg, reference(m)), "other": (build_learn_graph(other, build_problem(other, DEV2)), reference(other))}
 
 
 def _ck_values():

@@ -14,7 +14,6 @@ import ast
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 import hdp
 
@@ -105,23 +104,6 @@ def describe_circles(g: nx.DiGraph) -> list[str]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known circle: hdp.passes.base.registry() imports hdp.passes.all, which imports every pass "
-    "module, each of which imports Pass/register from hdp.passes.base. The fix (registry() in "
-    "hdp.passes.all, built from the pass classes without @register's import-time mutation) "
-    "changes its callers hdp/cli.py and hdp/pipeline.py; remove this mark with it."))
 def test_hdp_has_no_import_circle():
     circles = describe_circles(import_graph())
-    assert not circles, "import circles: " + "; ".join(circles)
-
-
-#: The edge that closes the one known circle (see the xfail above).
-KNOWN = ("hdp.passes.base", "hdp.passes.all")
-
-
-def test_no_import_circle_besides_the_known_one():
-    g = import_graph()
-    assert g.has_edge(*KNOWN)  # when this fails the circle is gone: drop this test and the xfail mark
-    g.remove_edge(*KNOWN)
-    circles = describe_circles(g)
     assert not circles, "import circles: " + "; ".join(circles)

@@ -10,7 +10,7 @@ from hdp.cli import main
 from hdp.ir.build import graph_from_edges
 from hdp.ir.openvino_frontend import layer_names_to_positions, lower
 from hdp.ir.types import Array, Op, Support
-from hdp.passes.base import registry
+from hdp.passes.registry import registry
 from hdp.passes.manager import PassManager
 from hdp.pipeline import make_pass
 from hdp.runtime.profile import (attribute, coverage, node_seconds, op_bytes, profile_costs, roofline,

@@ -479,6 +479,12 @@ def specialise(model, spec: Specialisation, xml: str | os.PathLike = "<model>", 
     clone = _with_inputs(model, spec, xml)
     if spec.state and not runnable:
         _static_state(clone, spec, xml)
+    for op in clone.get_ordered_ops():
+        for out in op.outputs():
+            et = out.get_element_type()
+            if et.is_dynamic() or et.get_type_name() in ("dynamic", "undefined"):
+                raise InputError(f"{xml}: op '{op.get_friendly_name()}' ({op.get_type_name()}) has no "
+                                 f"concrete element type ('{et.get_type_name()}'); no device can run it")
     if not runnable or not spec.state:
         for op in clone.get_ordered_ops():
             for out in op.outputs():

@@ -496,10 +496,10 @@ def _load_run_state(ck: dict, path: str, model: HsdagNet, opt, gen: torch.Genera
     bd = ck["best_device_of"]
     if bd is not None:
         bd = bd.numpy().astype(np.int64)
-        if bd.shape != (lg.node_of_op.shape[0],) or (bd.size and (bd.min() < 0 or bd.max() >= lg.n_devices)):
+        if bd.shape != (lg.node_of_group.shape[0],) or (bd.size and (bd.min() < 0 or bd.max() >= lg.n_devices)):
             raise InputError(f"policy checkpoint '{path}': field 'best_device_of' does not fit this model "
-                             f"({lg.node_of_op.shape[0]} ops, {lg.n_devices} devices)")
-    width = 4 * lg.node_of_op.shape[0]  # hex of int16 per op
+                             f"({lg.node_of_group.shape[0]} groups, {lg.n_devices} devices)")
+    width = 4 * lg.node_of_group.shape[0]  # hex of int16 per group
     if any(len(k) != width for k in ck["cache"]):
         raise InputError(f"policy checkpoint '{path}': field 'cache' holds placements of another size")
     run.episode, run.samples, run.evaluations = ck["episode"], ck["samples"], ck["evaluations"]

@@ -12,13 +12,12 @@ import numpy as np
 
 from hdp.errors import InputError
 from hdp.ir.types import Array, Module, Placement
-from hdp.passes.base import Pass, register
+from hdp.passes.base import Pass
 
 #: Keys of ``info`` that describe a placement's simulated latency (always of the final placement).
 SIMULATED_KEYS = ("simulated", "compute", "copy", "subgraphs", "lower_bound")
 
 
-@register
 class AssignPass(Pass, tag="assign"):
     """Device per op from the partition; optionally refine greedily under the cost model."""
 

@@ -12,9 +12,6 @@ from typing import ClassVar
 import msgspec
 
 
-_REGISTRY: dict[str, type["Pass"]] = {}
-
-
 class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="pass"):
     """Base class of all passes. Subclasses set ``tag=`` (the CLI name) and the class vars."""
 
@@ -48,22 +45,4 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             return self
         return {f: getattr(self, f) for f in self.__struct_fields__ if f not in type(self).key_exclude}
 
-    # Subclasses define ``run(self, module: Module) -> Module``; @register checks it.
-
-
-def register(cls: type[Pass]) -> type[Pass]:
-    """Class decorator: make a pass available by its tag to the manager and the CLI."""
-    name = cls.pass_name()
-    if not isinstance(name, str):
-        raise TypeError(f"{cls.__name__} needs a string tag")
-    if not callable(getattr(cls, "run", None)):
-        raise TypeError(f"pass {cls.__name__} must define run(module) -> Module")
-    _REGISTRY[name] = cls
-    return cls
-
-
-def registry() -> dict[str, type[Pass]]:
-    """All registered passes by name (imports the pass modules on first use)."""
-    import hdp.passes.all  # noqa: F401  (registers every pass)
-
-    return dict(_REGISTRY)
+    # Subclasses define ``run(self, module: Module) -> Module``; hdp.passes.registry checks it.

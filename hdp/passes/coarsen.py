@@ -37,12 +37,11 @@ import numpy as np
 from hdp.errors import InputError
 from hdp.ir.types import Array, Coarse, Graph, Module
 from hdp.passes import _kernels as K
-from hdp.passes.base import Pass, register
+from hdp.passes.base import Pass
 
 RULES = {"paper": K.RULE_PAPER, "loose": K.RULE_LOOSE, "child": K.RULE_CHILD, "none": -1}
 
 
-@register
 class CoarsenPass(Pass, tag="coarsen"):
     """Group ops: constants into consumers, HSDAG co-location, optional multilevel to `groups`."""
 

@@ -25,7 +25,7 @@ import numpy as np
 from hdp.errors import InputError
 from hdp.ir.types import Array, Features, Graph, Module
 from hdp.passes import _kernels as K
-from hdp.passes.base import Pass, register
+from hdp.passes.base import Pass
 
 #: Bump when OP_TYPES changes (a model trained on one vocabulary needs the same columns).
 VOCAB_VERSION = 1
@@ -56,7 +56,6 @@ _TYPE_INDEX = {t: i for i, t in enumerate(OP_TYPES)}
 _SIN_BASE = 10000.0
 
 
-@register
 class FeaturesPass(Pass, tag="features"):
     """Per-op features: op type, output shape, degrees, fractal dimension, depth, position."""
 

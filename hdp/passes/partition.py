@@ -6,12 +6,11 @@ import numpy as np
 
 from hdp.errors import InputError
 from hdp.ir.types import Array, Module, Partition
-from hdp.passes.base import Pass, register
+from hdp.passes.base import Pass
 from hdp.placers.options import HeteroAuto, Method, method_from
 from hdp.runtime.target import Target
 
 
-@register
 class PartitionPass(Pass, tag="partition"):
     """Place the graph's tie groups with ``placer`` (``hdp passes`` lists the methods and options)."""
 

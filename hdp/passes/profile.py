@@ -7,11 +7,10 @@ devices, and why per-op times are not scaled to the measured whole-model latency
 from __future__ import annotations
 
 from hdp.ir.types import Module
-from hdp.passes.base import Pass, register
+from hdp.passes.base import Pass
 from hdp.runtime.target import Target
 
 
-@register
 class ProfilePass(Pass, tag="profile"):
     """Time every op on every device of the target (PERF_COUNT on real devices, roofline on modeled)."""
 

@@ -16,13 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.ir.types import Array, Module, Support
-from hdp.passes.base import Pass, register
+from hdp.passes.base import Pass
 from hdp.runtime.target import Target
 
 ANYWHERE = frozenset({"Parameter", "Constant", "Result"})
 
 
-@register
 class SupportPass(Pass, tag="support"):
     """Ask every device of the target which ops it supports."""
 

@@ -892,12 +892,9 @@ def placed_device_of(xml: str | os.PathLike, target: Target | None = None):
 
 def evaluate_placed(xml: str | os.PathLike, target: Target | str | None = None, *, runs: int = 10,
                     warmup: int = 3, timeout: float = 120.0, plain: str | None = None,
-                    cache: bool | str | os.PathLike = True, plan: stats.SequentialPlan | None = None,
-                    check: bool = False) -> dict:
+                    cache: bool | str | os.PathLike = True, plan: stats.SequentialPlan | None = None) -> dict:
     """Measure a placed model; with ``plain``, head to head against the model compiled on that one
-    device instead. With ``check``, ``"check"`` holds a :class:`hdp.runtime.verify.CheckResult`:
-    the placed model run under HETERO against its own plain CPU compile (see
-    :mod:`hdp.runtime.verify`), done first; a failed check measures nothing.
+    device instead.
 
     Without ``plain``: ``{"placed": Measurement}`` (``runs`` runs, cached). With ``plain``:
     ``{"placed": Measurement, "plain": Measurement, "comparison": Comparison}`` from interleaved
@@ -907,26 +904,11 @@ def evaluate_placed(xml: str | os.PathLike, target: Target | str | None = None, 
     tgt = load_target(target) if isinstance(target, str) else target
     dev, devices, tgt = placed_device_of(xml, tgt)
     with Measurer(xml, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=cache) as m:
-        checked = {}
-        if check:
-            from hdp.runtime.verify import CheckResult, tolerance
-
-            used = [devices[int(k)] for k in np.unique(dev)]
-            reply = m.check(xml=xml)
-            tol = tolerance(tgt, used)
-            err = float(reply.get("max_error", 0.0))
-            ok = bool(reply.get("passed")) and err <= tol
-            checked["check"] = CheckResult(
-                passed=ok, max_error=err, tolerance=tol, runs=int(reply.get("runs", 0)),
-                error="" if ok else str(reply.get("error") or f"outputs differ from the plain compile: relative "
-                                                                f"error {err:.3g} (tolerance {tol:.0e})"))
-            if not ok:
-                return checked
         if not plain:
-            return {**checked, "placed": m.measure(dev, devices)}
+            return {"placed": m.measure(dev, devices)}
         plan = plan or stats.SequentialPlan(min_rounds=max(runs, 6), max_rounds=max(runs, 1000))
         h = m.head_to_head([Candidate(name=f"plain {plain}", plain=plain), placed(dev, devices)], plan)
-    out = {**checked, "placed": h.measurements[1], "plain": h.measurements[0]}
+    out = {"placed": h.measurements[1], "plain": h.measurements[0]}
     if all(x.ok for x in h.measurements):
         out["comparison"] = h.compare(0, 1)
     return out

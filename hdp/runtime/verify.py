@@ -128,6 +128,25 @@ class PlacementChecker:
         self.close()
 
 
+def check_placed_file(xml, target: Target | None = None, timeout: float = 300.0) -> CheckResult:
+    """Check a placed model file (from ``hdp compile``) against its own plain CPU compile: what
+    ``hdp evaluate`` does before measuring. ``target`` defaults to the one the file records."""
+    from hdp.runtime.measure import Measurer, placed_device_of
+
+    dev, devices, tgt = placed_device_of(xml, target)
+    used = [devices[int(k)] for k in np.unique(dev)]
+    check_tgt, rename = check_target(tgt)
+    with Measurer(xml, check_tgt, runs=1, warmup=0, timeout=timeout, cache=False) as m:
+        reply = m.check(xml=xml, rename=rename)
+    tol = tolerance(tgt, used)
+    err = float(reply.get("max_error", 0.0))
+    ok = bool(reply.get("passed")) and err <= tol
+    return CheckResult(passed=ok, max_error=err, tolerance=tol, runs=int(reply.get("runs", 0)),
+                       stand_ins=any(d in rename for d in used),
+                       error="" if ok else str(reply.get("error") or f"outputs differ from the plain compile: "
+                                                                       f"relative error {err:.3g} (tolerance {tol:.0e})"))
+
+
 class Verified(msgspec.Struct, kw_only=True):
     """What :func:`verify_and_repair` did: the final module and the report lines."""
 

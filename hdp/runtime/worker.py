@@ -202,14 +202,14 @@ class Worker:
         self.ops = list(self.model.get_ordered_ops())
         self.original, self.spec, self.xml = original, spec, xml
         self.reference = {}
-        self.roles = np.frombuffer(req["roles"], np.int8) if req.get("roles") else None
-        if self.roles is not None and self.roles.shape[0] != len(self.ops):
-            raise InputError(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
-                             f"{len(self.ops)}; lower it again")
         want = req.get("structure")
         if want is not None and fe.op_structure(self.ops).digest() != want:
             raise InputError(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
                              f"module's); lower it again")
+        self.roles = np.frombuffer(req["roles"], np.int8) if req.get("roles") else None
+        if self.roles is not None and self.roles.shape[0] != len(self.ops):
+            raise InputError(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
+                             f"{len(self.ops)}; lower it again")
         self.index = fe.name_positions(self.ops)
         self.states = fe.state_tensors(spec)
         self.inputs = None  # made on the first run: a query must not allocate the model's inputs
