@@ -77,6 +77,10 @@ def op_bytes(graph: Graph, precision: str | None = None) -> np.ndarray:
     """Bytes each op reads and writes (inputs + consumed outputs), float64 per op.
 
     With ``precision`` (``f16``, ``bf16``, ...), floating-point tensors are counted at that width.
+    An input that is constant data (a weight and its decompression chain, see
+    :mod:`hdp.placement.structure`) counts the weight as stored when it is stored as integers
+    (u4/u8/i8 ...: the device reads the compressed bytes), else at the tensor's float width
+    (``precision``): an f16-compressed IR and its f32 twin cost the same.
     """
     n = graph.n_ops
     if graph.n_edges == 0:
@@ -91,10 +95,34 @@ def op_bytes(graph: Graph, precision: str | None = None) -> np.ndarray:
                           if graph.ops[s].out_types[p] in _FLOAT_BYTES else 1.0
                           for s, p in zip(src, port)])
         eb = eb * scale
+    stored = _stored_weight_bytes(graph)
+    from_cone = np.nonzero(stored[src] >= 0)[0]
+    eb[from_cone] = np.minimum(eb[from_cone], stored[src[from_cone]])
     reads = np.bincount(dst, weights=eb, minlength=n)
     _, first = np.unique(src.astype(np.int64) * (int(port.max()) + 1) + port, return_index=True)
     writes = np.bincount(src[first], weights=eb[first], minlength=n)  # each output once
     return reads + writes
+
+
+def _stored_weight_bytes(graph: Graph) -> np.ndarray:
+    """Per op: for constant data computed from integer-typed Constants (compressed weights), the
+    bytes of those Constants as stored; -1 for every other op."""
+    from hdp.placement.structure import CONE, roles
+
+    role = roles(graph)
+    pptr, preds = predecessors_csr(graph)
+    out = np.full(graph.n_ops, -1.0)
+    for i, op in enumerate(graph.ops):  # topological: predecessors first
+        if role[i] != CONE:
+            continue
+        if op.type == "Constant":
+            t = op.out_types[0] if op.out_types else ""
+            out[i] = float(op.weight_bytes) if t and t[0] in "ui" and t != "i64" and t != "i32" else -1.0
+            continue
+        ins = preds[pptr[i]:pptr[i + 1]]
+        vals = out[ins]
+        out[i] = float(vals[vals >= 0].sum()) if (vals >= 0).any() else -1.0
+    return out
 
 
 def roofline(graph: Graph, device: Device) -> np.ndarray:
