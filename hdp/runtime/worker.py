@@ -546,7 +546,10 @@ def main() -> None:
     while True:
         req = read_msg(proto_in)
         if req is None:
-            return
+            # the caller waits for this exit: skip the interpreter's teardown, where unloading
+            # OpenVINO's plugins takes about 0.4 s (nothing is left to flush or save)
+            sys.stderr.flush()
+            os._exit(0)
         write_msg(proto_out, worker.handle(req))
 
 
