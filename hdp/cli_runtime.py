@@ -209,8 +209,8 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
               help="At most this many timed runs per device (the devices take turns, run by run).")
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(1))
 @click.option("--seconds", default=1.0, show_default=True, type=click.FloatRange(0),
-              help="Stop after 2 timed runs per device once the timed runs of all devices add up to "
-                   "this many seconds (0: always --runs).")
+              help="After 2 timed runs per device, only as many more as keep the timed runs of all "
+                   "devices within this many seconds (0: always --runs).")
 @with_options(shape_options)
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Print the N costliest ops.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,

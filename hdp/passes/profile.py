@@ -18,7 +18,7 @@ class ProfilePass(Pass, tag="profile"):
     target: Target
     runs: int = 10  # at most this many timed runs per device
     warmup: int = 1
-    seconds: float = 1.0  # ... but stop after min_runs once the timed runs of all devices add up to this
+    seconds: float = 1.0  # ... and after min_runs, only as many as fit in this (timed runs of all devices)
     min_runs: int = 2
     timeout: float = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
     requires = ("graph",)

@@ -675,11 +675,11 @@ class Measurer:
     def profile(self, devices: Sequence[str], *, runs: int | None = None, warmup: int | None = None,
                 seconds: float = 0.0, min_runs: int = 1) -> dict:
         """Compile the unplaced model on each of ``devices`` with PERF_COUNT, warm each up, then
-        run them in interleaved rounds (one run per device per round) until ``runs`` rounds (default:
-        this Measurer's), or ``min_runs`` rounds once the timed runs add up to ``seconds`` (0: no
-        budget). Returns the worker's raw reply (per device ``times`` and the runtime graph
-        ``nodes``, see :mod:`hdp.runtime.worker`). Raises MeasureError on failure; never cached
-        (the profile pass is)."""
+        run them in interleaved rounds (one run per device per round): ``min_runs`` rounds, then
+        more while the next (judged by the last) keeps the timed runs within ``seconds`` (0: no
+        budget), at most ``runs`` (default: this Measurer's). Returns the worker's raw reply (per
+        device ``times`` and the runtime graph ``nodes``, see :mod:`hdp.runtime.worker`). Raises
+        MeasureError on failure; never cached (the profile pass is)."""
         for d in devices:
             if self.target.device(d).kind != "real":
                 raise InputError(f"device '{d}' of target '{self.target.name}' is modeled; it cannot be profiled")

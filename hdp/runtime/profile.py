@@ -6,22 +6,25 @@ an aliased device such as ``CPU_B`` is registered by :func:`hdp.runtime.devices.
 :mod:`hdp.runtime.worker`): the devices compile and run ``warmup`` inferences (at least 1) in
 parallel threads, nothing of which is timed; then the timed runs go in **interleaved rounds**, one
 run per device per round, the order alternating, so that every device sees the same load from
-other processes. The compiled model and infer request of the warm-up are the ones timed. Rounds
-stop after ``runs`` (default 10), or after ``min_runs`` (default 2) once the timed runs add up to
-``seconds`` (default 1 s): a model faster than 50 ms on two devices still gets 10 runs each, a
-500-op CNN at 0.2-0.5 s per inference gets 2-3.
+other processes. The compiled model and infer request of the warm-up are the ones timed. There
+are ``min_runs`` rounds (default 2), then more while another round, judged by the last, keeps the
+timed runs within ``seconds`` (default 1 s), at most ``runs`` (default 10): a model faster than
+50 ms on two devices still gets 10 runs each, a 500-op CNN at 0.1-0.5 s per inference 2-5.
 
-The trade, measured on inception_v3 on ``virtual`` on the shared 2-core bench VM in two sessions
-of 6-8 profiles per scheme (``bench/profile_stability.py``, numbers in ``bench/README.md``; CPU_B
-falls back to f32 there, so both devices run the same code and any difference between them is
-noise): the old scheme (10 runs per device, one device after the other) took 7-10 s (medians of
-the two sessions) and left the two identical devices 14-15 % apart in total and 26-34 % apart per
-op (time-weighted mean ``|log|`` ratio); the default takes 3.6-4.9 s, 7-9 % and 27-48 %; 10
-interleaved rounds (``seconds=0``) 6.5-7.7 s, 4-6 % and 19-27 %. So per-op times of a slow model are
-noisier (fewer runs in each per-node mean), whole devices are compared more fairly, and a placement
-made by ``optimal`` on the default's costs is as good as on the old ones (1.2-1.7 % above the best
-single device, against costs pooled from every profile, for every scheme). Set ``seconds`` higher,
-or 0 for always ``runs``, where per-op precision is worth the time.
+The trade, measured on inception_v3 on ``virtual`` on the shared 2-core bench VM, 8 profiles per
+scheme in each of three sessions under different load from other processes
+(``bench/profile_stability.py``, table in ``bench/README.md``; CPU_B falls back to f32 there, so both
+devices run the same code and any difference between them is noise). Per session (medians), the old
+scheme (10 runs per device, one device after the other) took 6.6-17 s, the default 3.1-7.6 s, 10
+interleaved rounds (``seconds=0``) 6.2-16 s. Interleaving removes the worst device-level errors: the
+two identical devices measured up to 1.97x apart in total with the old scheme (worst profile of a
+session), at most 1.25x with the default and 1.09x with 10 interleaved rounds. Per op, the default's
+means over 2-5 runs are noisier: the time-weighted mean ``|log|`` ratio between the two devices'
+per-op times was 0.28-0.58 against 0.16-0.29 for the old scheme (0.17-0.27 for 10 interleaved
+rounds), worst under heavy load, when only 2 rounds fit. A placement made by ``optimal`` on any
+scheme's costs was as good: 1.0-1.7 % above the best single device for every scheme, evaluated on
+costs pooled from every profile. Set ``seconds`` higher, or 0 for always ``runs``, where per-op
+precision is worth the time (e.g. devices that differ by less than 2x per op on a loaded host).
 
 The CPU plugin's per-node counter is a running average over every inference since compile, of
 durations truncated to whole microseconds; the first inference is much slower (weights are
@@ -259,10 +262,12 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
 
     Every real device is profiled in one worker request (see :mod:`hdp.runtime.worker`): compiled
     with PERF_COUNT and warmed up ``warmup`` times, in parallel; then timed in interleaved rounds
-    (one run per device per round) until ``runs`` rounds, or ``min_runs`` rounds once the timed
-    runs add up to ``seconds`` (0: always ``runs``). With ``stages``, the wall seconds of each step
-    are stored in it: ``start`` (worker start and model read), ``prepare`` (compiles and warm-ups),
-    ``timed``, ``nodes`` (reading the runtime graphs), ``attribute`` and ``total``."""
+    (one run per device per round): ``min_runs`` rounds, then more while the next (judged by the
+    last) keeps the timed runs within ``seconds`` (0: no budget), at most ``runs``. ``timeout``
+    bounds each device's compile, warm-up and runs (the one request gets the sum). With ``stages``,
+    the wall seconds of each step are stored in it: ``start`` (worker start and model read),
+    ``prepare`` (compiles and warm-ups), ``timed``, ``nodes`` (reading the runtime graphs),
+    ``close``, ``attribute`` and ``total``."""
     if not (runs >= 1 and min_runs >= 1 and seconds >= 0 and warmup >= 0):
         raise InputError(f"profile: runs and min_runs must be >= 1, seconds and warmup >= 0 "
                          f"(got runs={runs}, min_runs={min_runs}, seconds={seconds}, warmup={warmup})")

@@ -28,9 +28,9 @@ true for a user mistake such as a device absent from this host):
   and ``seconds`` (wall time of ``prepare``: the compiles and warm-ups, ``timed``: the timed
   rounds, ``nodes``: reading the runtime graphs). Each device compiles the unplaced model with
   ``PERF_COUNT`` and runs ``warmup`` times, the devices in parallel threads (nothing is timed
-  yet); then the timed runs go in rounds, one run per device per round in alternating order,
-  until ``runs`` rounds, or ``min_runs`` rounds once the timed runs add up to ``seconds`` (0:
-  no budget).
+  yet); then the timed runs go in rounds, one run per device per round in alternating order:
+  ``min_runs`` rounds, then more while another round (as long as the last) keeps the timed runs
+  within ``seconds`` (0: no budget), at most ``runs`` rounds.
   ``nodes`` is a device's compiled (runtime) graph, one entry per node with ``name``, ``type``,
   ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those ops,
   mapped here where the names are those of the model compiled), ``preds`` (node indices),
@@ -502,9 +502,11 @@ class Worker:
         before = [_counters(r[1]) for r in ready]
         times: list[list[float]] = [[] for _ in devices]
         starts: list[list[float]] = [[] for _ in devices]  # seconds after the warm-ups
-        clock, spent, done = time.perf_counter, 0.0, 0
-        while done < runs and (done < min_runs or spent < budget):
+        clock, spent, last, done = time.perf_counter, 0.0, 0.0, 0
+        # another round only if it fits the budget, judged by the last one (min_runs regardless)
+        while done < runs and (done < min_runs or spent + last <= budget):
             order = range(len(devices)) if done % 2 == 0 else range(len(devices) - 1, -1, -1)
+            last = 0.0
             for j in order:
                 _, ireq, start, _ = ready[j]
                 start()
@@ -513,7 +515,8 @@ class Worker:
                 dt = clock() - t0
                 times[j].append(dt)
                 starts[j].append(t0 - t_prepared)
-                spent += dt
+                last += dt
+            spent += last
             done += 1
         t_timed = time.perf_counter()
         out = []
