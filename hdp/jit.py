@@ -71,30 +71,37 @@ def compiled_now() -> dict[str, int]:
 
 def warm_up(n_ops: int = 400) -> dict[str, int]:
     """Run the kernels the pipeline uses on a small synthetic module, so that Numba compiles
-    (or loads) each with the argument types the pipeline gives it; returns :func:`compiled_now`."""
+    (or loads) each with the argument types the pipeline gives it; returns :func:`compiled_now`.
+
+    Goes through the pipeline's own entry points (passes, :func:`hdp.pipeline.compile_schedule`
+    for every method but the learned one, the simulator of a placement problem), never through
+    kernel signatures, so it follows the code it warms up."""
     import numpy as np
 
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.placers import placers
+    from hdp.pipeline import compile_schedule, make_pass
+    from hdp.placement.problem import problem_of
+    from hdp.placers import IMPLEMENTATIONS
+    from hdp.placers.options import method_from
     from hdp.runtime.simulate import Simulator
     from hdp.runtime.target import load_target
     from hdp.synth import random_module
 
     target = load_target("i9-flex170")  # modeled: no device is touched
+    module = random_module(n_ops)
     base = PassManager([make_pass("support", {"target": target}), make_pass("profile", {"target": target}),
-                        make_pass("features", {}), make_pass("coarsen", {})]).run(random_module(n_ops))
+                        make_pass("features", {}), make_pass("coarsen", {})]).run(module)
     PassManager([make_pass("coarsen", {"groups": 16})]).run(base)
-    for name, (_, needs, _) in sorted(placers().items()):
-        if "features" in needs:  # the learned placer: its kernels are the simulator's, called below
-            continue
-        PassManager([make_pass("partition", {"target": target, "method": name}),
-                     make_pass("assign", {"refine": True})]).run(base)
-    sim = Simulator(base)
-    dev = (np.arange(base.graph.n_ops) % sim.n_devices).astype(np.int64)
+    for name in sorted(IMPLEMENTATIONS):
+        if "features" in type(method_from(name)).needs:  # the learned placer: its kernels are the
+            continue                                      # structure passes' and the simulator's
+        PassManager(compile_schedule(target, name, refine=True)).run(module)
+    sim = Simulator(problem_of(base))
+    dev = (np.arange(sim.n_groups) % sim.n_devices).astype(np.int64)
     sim.latency(dev)
     sim.latencies(np.stack([dev, np.zeros_like(dev)]))
     sim.latency_parallel(dev)
+    sim.subgraphs(dev)
     return compiled_now()
 
 
