@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hdp-installed
-# Numba kernels compiled ahead of time into ~/.cache/hdp/numba (hdp/jit.py), again when the code changes
+# Numba kernels compiled ahead of time into ~/.cache/hdp/numba (hdp/warmup.py), again when the code changes
 WARM   := $(VENV)/.hdp-kernels-cached
 OUT    ?= out
 TARGET ?= virtual
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(WARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py)
-	$(BIN)/python -m hdp.jit
+	$(BIN)/python -m hdp.warmup
 	touch $(WARM)
 
 install: $(STAMP) $(WARM)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import hdp
-from hdp.jit import cache_dir, kernels
+from hdp.jit import cache_dir
+from hdp.warmup import kernels
 
 ROOT = str(Path(hdp.__file__).resolve().parent.parent)
 
@@ -44,13 +45,13 @@ def test_every_kernel_is_a_cached_dispatcher():
 
 @pytest.mark.slow
 def test_warm_up_leaves_nothing_to_compile_on_the_users_path(tmp_path, branchy_xml):
-    """After ``python -m hdp.jit`` into an empty cache, lowering a real model and running the
+    """After ``python -m hdp.warmup`` into an empty cache, lowering a real model and running the
     compile pipeline (classical methods, refinement, hsdag) compiles no kernel."""
     nb = str(tmp_path / "numba")
-    _python("from hdp.jit import main; main()", NUMBA_CACHE_DIR=nb)
+    _python("from hdp.warmup import main; main()", NUMBA_CACHE_DIR=nb)
     code = f"""
 from hdp.ir.openvino_frontend import lower
-from hdp.jit import compiled_now
+from hdp.warmup import compiled_now
 from hdp.passes.manager import PassManager
 from hdp.pipeline import compile_schedule
 from hdp.runtime.target import load_target
