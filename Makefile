@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hdp-installed
+# Numba kernels compiled ahead of time into ~/.cache/hdp/numba (hdp/warmup.py), again when the code changes
+WARM   := $(VENV)/.hdp-kernels-cached
 OUT    ?= out
 TARGET ?= virtual
 MODEL  ?= inception_v3
@@ -16,19 +18,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,zoo,plot]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(WARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py)
+	$(BIN)/python -m hdp.warmup
+	touch $(WARM)
+
+install: $(STAMP) $(WARM)
 
 ## demo: generate a benchmark model, place it on the shipped default target, measure the placement
-demo: $(STAMP)
+demo: $(STAMP) $(WARM)
 	$(BIN)/hdp zoo $(MODEL) -o $(OUT)/$(MODEL).xml
 	$(BIN)/hdp compile $(OUT)/$(MODEL).xml --target $(TARGET) -o $(OUT)/$(MODEL).placed.xml --timings $(OUT)/timings.json
 	$(BIN)/hdp show $(OUT)/$(MODEL).placed.xml
 
-test: $(STAMP)
+test: $(STAMP) $(WARM)
 	$(BIN)/python -m pytest
 
 ## the slow tests (zoo models end to end); CI runs them after `make test`
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(WARM)
 	$(BIN)/python -m pytest -m slow
 
 ## fuzz: the long fuzz campaign over every input surface (about 10 minutes, FUZZ_EXAMPLES cases per
@@ -38,7 +44,7 @@ fuzz: $(STAMP)
 	HDP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) HDP_FUZZ_REPORT=bench/results/fuzz-$$(date +%F).json \
 		$(BIN)/python -X faulthandler -m pytest tests/test_fuzz.py -o addopts="-p no:cacheprovider" -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(WARM)
 	$(BIN)/python -m pytest bench --benchmark-only -o addopts="" -q
 
 clean:

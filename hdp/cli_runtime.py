@@ -205,8 +205,12 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Costs as JSON.")
 @click.option("--target", default=None, help="Target name (see `hdp targets`) or TOML file.")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
-@click.option("--runs", default=10, show_default=True, type=click.IntRange(1))
+@click.option("--runs", default=10, show_default=True, type=click.IntRange(1),
+              help="At most this many timed runs per device (the devices take turns, run by run).")
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--seconds", default=1.0, show_default=True, type=click.FloatRange(0),
+              help="After 2 timed runs per device, only as many more as keep the timed runs of all "
+                   "devices within this many seconds (0: always --runs).")
 @with_options(shape_options)
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Print the N costliest ops.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
@@ -217,8 +221,8 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
                    "model, before its worker is killed (default 600).")
 @user_errors
 @cache_scoped
-def profile_cmd(model, output, target, devices, runs, warmup, input_shape, seq_len, phase, top, cache_dir,
-                no_cache, timeout):
+def profile_cmd(model, output, target, devices, runs, warmup, seconds, input_shape, seq_len, phase, top,
+                cache_dir, no_cache, timeout):
     """Time every op of MODEL (.xml or a lowered .hdp) on every device of a target; write JSON."""
     import numpy as np
 
@@ -240,7 +244,7 @@ def profile_cmd(model, output, target, devices, runs, warmup, input_shape, seq_l
     sched = []
     if module.support is None or module.support.devices != tgt.device_names:
         sched.append(make_pass("support", {"target": tgt}))
-    sched.append(make_pass("profile", {"target": tgt, "runs": runs, "warmup": warmup}))
+    sched.append(make_pass("profile", {"target": tgt, "runs": runs, "warmup": warmup, "seconds": seconds}))
     sched = runtime_options(sched, timeout, cache)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

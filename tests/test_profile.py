@@ -1,12 +1,15 @@
 """The profile pass: roofline on modeled devices, PERF_COUNT attribution on real ones."""
 
 import json
+import os
+import warnings
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from hdp.cli import main
+from hdp.errors import InputError
 from hdp.ir.build import graph_from_edges
 from hdp.ir.openvino_frontend import layer_names_to_positions, lower
 from hdp.ir.types import Array, Op, Support
@@ -200,3 +203,119 @@ def test_modeled_supported_ops_without_a_support_table(mm):
     i = [op.name for op in mm.graph.ops].index("mm")
     assert np.isfinite(tt[i, 0]) and np.isinf(tt[i, 1])
     assert np.isfinite(tt[:, 1]).sum() == mm.graph.n_ops - 1  # Parameter/Constant/Result stay free
+
+
+# --------------------------------------------------------------------------- one request, rounds, budget
+
+
+def test_one_request_profiles_every_device_in_interleaved_rounds(conv):
+    from hdp.runtime.measure import Measurer
+
+    with Measurer(conv, load_target("virtual"), cache=False) as m:
+        full = m.profile(["CPU", "CPU_B"], runs=4, warmup=1)  # no time budget: every round
+        quick = m.profile(["CPU", "CPU_B"], runs=10, warmup=1, seconds=1e-9, min_runs=2)
+        capped = m.profile(["CPU_B"], runs=3, warmup=2, seconds=1e-9, min_runs=5)  # min_runs capped by runs
+    assert [d["device"] for d in full["devices"]] == ["CPU", "CPU_B"]
+    assert [len(d["times"]) for d in full["devices"]] == [4, 4]
+    assert [len(d["times"]) for d in quick["devices"]] == [2, 2]
+    assert [len(d["times"]) for d in capped["devices"]] == [3] and capped["devices"][0]["warmup"] == 2
+    assert set(full["seconds"]) == {"prepare", "timed", "nodes"}
+    for d in full["devices"]:
+        assert d["compile_seconds"] > 0 and d["nodes"] and all(t > 0 for t in d["times"])
+    # rounds alternate the order (CPU, CPU_B), (CPU_B, CPU), ...: each device sees the same load
+    runs = sorted((t, d["device"]) for d in full["devices"] for t in d["starts"])
+    assert [name for _, name in runs] == ["CPU", "CPU_B", "CPU_B", "CPU", "CPU", "CPU_B", "CPU_B", "CPU"]
+
+
+def test_profile_costs_budget_stages_and_bad_options(conv):
+    t = load_target("virtual")
+    stages = {}
+    costs, info = profile_costs(conv, t, runs=10, seconds=0.0, stages=stages)
+    assert [info[d]["runs"] for d in ("CPU", "CPU_B")] == [10, 10]
+    assert set(stages) == {"start", "prepare", "timed", "nodes", "close", "attribute", "total"}
+    assert stages["total"] >= stages["start"] + stages["prepare"] + stages["timed"]
+    _, info = profile_costs(conv, t, runs=10, seconds=1e-9, min_runs=3)
+    assert [info[d]["runs"] for d in ("CPU", "CPU_B")] == [3, 3]
+    for bad in ({"seconds": -1.0}, {"min_runs": 0}, {"runs": 0}):
+        with pytest.raises(InputError, match="profile: runs and min_runs must be >= 1"):
+            profile_costs(conv, t, **bad)
+
+
+def test_profile_failure_names_the_device(conv, monkeypatch):
+    from hdp.runtime.measure import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "raise")
+    with pytest.raises(InputError, match="profiling on CPU, CPU_B: .*injected fault"):
+        profile_costs(conv, load_target("virtual"))
+
+
+def test_two_processes_profiling_one_model_share_a_cache_safely(conv, tmp_path):
+    """Two ``hdp profile`` at once on the same model and cache: both succeed, every cache entry is
+    whole, and a third run reads what one of them wrote."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import hdp
+    from hdp.passes.cache import PassCache
+
+    root = str(Path(hdp.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=root)
+    cache = tmp_path / "cache"
+
+    def run(k):
+        return subprocess.Popen([sys.executable, "-m", "hdp", "profile", conv.meta["source"], "--target", "virtual",
+                                 "-o", str(tmp_path / f"c{k}.json"), "--cache-dir", str(cache), "--runs", "3",
+                                 "--top", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = [run(0), run(1)]
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out.decode()
+    entries = sorted(cache.glob("??/*.hdp"))
+    assert entries and not list(cache.glob("??/.*.tmp"))  # no leftovers of the atomic writes
+    pc = PassCache(cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a corrupt entry would warn
+        assert all(pc.get(e.stem) is not None for e in entries)
+    third = run(2)
+    out, _ = third.communicate(timeout=300)
+    assert third.returncode == 0, out.decode()
+    docs = [json.loads((tmp_path / f"c{k}.json").read_text()) for k in range(3)]
+    assert docs[2] in (docs[0], docs[1])  # read from the cache, not profiled again
+    assert sorted(cache.glob("??/*.hdp")) == entries
+
+
+def test_worker_exits_cleanly_at_end_of_input(conv):
+    from hdp.runtime.measure import WorkerProcess
+
+    w = WorkerProcess()
+    w.start()
+    reply = w.call({"op": "load", "xml": conv.meta["source"], "spec": conv.meta["specialisation"],
+                    "structure": None, "target": {"name": "virtual", "devices": []}}, 60)
+    assert reply["ok"]
+    proc = w.proc
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    w.close()
+
+
+def test_attribution_of_homeless_nodes_orphans_and_duplicates():
+    g = _graph(("x", "Parameter", 0, 4), ("a", "Relu", 10, 4), ("b", "MatMul", 1000, 4), ("c", "Relu", 10, 4),
+               ("out", "Result", 0, 4))
+    # node 0 names a twice (counted once); b is named by no node and has no named consumer's node
+    # before its producer's: c's node names c, so b joins c's node (its consumer)
+    nodes = [_node("a,a", 10e-6, graph=g),
+             _node("c", 30e-6, [0], graph=g),
+             _node("", 5e-6, [1], graph=g),      # after every named node: goes upstream, to c's node
+             _node("", 7e-6, [], graph=g)]       # connected to nothing: lost
+    t, lost = attribute(g, nodes, warmup=0, runs=1)
+    half = 0.5e-6
+    assert t[1] == pytest.approx(10e-6 + half)
+    assert t[2] + t[3] == pytest.approx(30e-6 + 5e-6 + 2 * half) and t[2] / t[3] == pytest.approx(100)
+    assert lost == pytest.approx(7e-6 + half)
+    # an orphan whose consumers nobody names joins its producer's node
+    nodes = [_node("a", 10e-6, graph=g), _node("", 0.0, [0], executed=False, graph=g)]
+    t, lost = attribute(g, nodes, warmup=0, runs=1)
+    assert lost == 0 and t[1:4].sum() == pytest.approx(10e-6 + half) and t[2] > t[1]
+    assert attribute(g, [], 0, 1)[0].tolist() == [0.0] * 5

@@ -1,7 +1,8 @@
 """``profile``: per-op, per-device execution time (measured on real devices, modeled otherwise).
 
-See :mod:`hdp.runtime.profile` for how compiled nodes map back to ops, the roofline of modeled
-devices, and why per-op times are not scaled to the measured whole-model latency.
+See :mod:`hdp.runtime.profile` for how the real devices are run (one worker, interleaved rounds,
+a time budget), how compiled nodes map back to ops, the roofline of modeled devices, and why per-op
+times are not scaled to the measured whole-model latency.
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ class ProfilePass(Pass, tag="profile"):
     """Time every op on every device of the target (PERF_COUNT on real devices, roofline on modeled)."""
 
     target: Target
-    runs: int = 10
+    runs: int = 10  # at most this many timed runs per device
     warmup: int = 1
+    seconds: float = 1.0  # ... and after min_runs, only as many as fit in this (timed runs of all devices)
+    min_runs: int = 2
     timeout: float = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
     requires = ("graph",)
     provides = ("costs",)
+    version = 2  # interleaved rounds under a time budget
     host_dependent = True  # real devices answer: the cache key includes the host
     key_exclude = ("timeout",)
 
     def run(self, module: Module) -> Module:
         from hdp.runtime.profile import profile_costs
 
-        costs, _ = profile_costs(module, self.target, runs=self.runs, warmup=self.warmup, timeout=self.timeout)
+        costs, _ = profile_costs(module, self.target, runs=self.runs, warmup=self.warmup, seconds=self.seconds,
+                                 min_runs=self.min_runs, timeout=self.timeout)
         return module.replace(costs=costs)

@@ -14,7 +14,8 @@ Conventions shared by every kernel (built once by :class:`hdp.runtime.simulate.S
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from hdp.jit import njit
 
 
 @njit(cache=True, inline="always")

@@ -672,19 +672,27 @@ class Measurer:
             self.cache.put(key, m)
         return m
 
-    def profile(self, device: str, runs: int | None = None, warmup: int | None = None) -> dict:
-        """Compile the unplaced model on ``device`` with PERF_COUNT and return the worker's raw
-        reply (``times`` and the runtime graph ``nodes``, see :mod:`hdp.runtime.worker`).
-        Raises MeasureError on failure; never cached (the profile pass is)."""
-        self.target.device(device)
-        req = {"op": "plain", "device": device, "perf": True, "runs": runs or self.runs,
-               "warmup": self.warmup if warmup is None else warmup}
+    def profile(self, devices: Sequence[str], *, runs: int | None = None, warmup: int | None = None,
+                seconds: float = 0.0, min_runs: int = 1) -> dict:
+        """Compile the unplaced model on each of ``devices`` with PERF_COUNT, warm each up, then
+        run them in interleaved rounds (one run per device per round): ``min_runs`` rounds, then
+        more while the next (judged by the last) keeps the timed runs within ``seconds`` (0: no
+        budget), at most ``runs`` (default: this Measurer's). Returns the worker's raw reply (per
+        device ``times`` and the runtime graph ``nodes``, see :mod:`hdp.runtime.worker`). Raises
+        MeasureError on failure; never cached (the profile pass is)."""
+        for d in devices:
+            if self.target.device(d).kind != "real":
+                raise InputError(f"device '{d}' of target '{self.target.name}' is modeled; it cannot be profiled")
+        req = {"op": "profile", "devices": list(devices), "runs": runs or self.runs,
+               "warmup": self.warmup if warmup is None else warmup, "seconds": float(seconds),
+               "min_runs": int(min_runs)}
+        what = ", ".join(devices)
         try:
             reply = self._call(req)
         except _WorkerFailure as e:
-            raise MeasureError(f"profiling on {device}: {e}") from None
+            raise MeasureError(f"profiling on {what}: {e}") from None
         if not reply["ok"]:
-            raise MeasureError(f"profiling on {device}: {reply['error']}")
+            raise MeasureError(f"profiling on {what}: {reply['error']}")
         return reply
 
     # ---- interleaved comparisons

@@ -1,14 +1,38 @@
 """Per-op, per-device execution times: measured on real devices, a roofline on modeled ones.
 
-**Measured** (real devices): the whole source model is compiled on the device alone (no HETERO;
+**Measured** (real devices): the whole source model is compiled on each device alone (no HETERO;
 an aliased device such as ``CPU_B`` is registered by :func:`hdp.runtime.devices.make_core`) with
-``PERF_COUNT=YES`` in a worker process and run ``warmup + runs`` times. The CPU plugin's per-node
-counter is a running average over every inference since compile, of durations truncated to whole
-microseconds; the first inference is much slower (weights are repacked), so a node's time is the
-mean over the timed runs recovered from the counter read after the warm-up (``w`` inferences,
-at least 1) and at the end: ``(avg_end * (w + r) - avg_warm * w) / r``, plus 0.5 µs for the
-truncation of every run if the node executed. This is a mean, not a median: a run slowed down by
-another process shows up in it (the whole-model total is the median wall time). Mapping back to IR
+``PERF_COUNT=YES``, every device in one request to one worker process (see
+:mod:`hdp.runtime.worker`): the devices compile and run ``warmup`` inferences (at least 1) in
+parallel threads, nothing of which is timed; then the timed runs go in **interleaved rounds**, one
+run per device per round, the order alternating, so that every device sees the same load from
+other processes. The compiled model and infer request of the warm-up are the ones timed. There
+are ``min_runs`` rounds (default 2), then more while another round, judged by the last, keeps the
+timed runs within ``seconds`` (default 1 s), at most ``runs`` (default 10): a model faster than
+50 ms on two devices still gets 10 runs each, a 500-op CNN at 0.1-0.5 s per inference 2-5.
+
+The trade, measured on inception_v3 on ``virtual`` on the shared 2-core bench VM, 8 profiles per
+scheme in each of three sessions under different load from other processes
+(``bench/profile_stability.py``, table in ``bench/README.md``; CPU_B falls back to f32 there, so both
+devices run the same code and any difference between them is noise). Per session (medians), the old
+scheme (10 runs per device, one device after the other) took 6.6-17 s, the default 3.1-7.6 s, 10
+interleaved rounds (``seconds=0``) 6.2-16 s. Interleaving removes the worst device-level errors: the
+two identical devices measured up to 1.97x apart in total with the old scheme (worst profile of a
+session), at most 1.25x with the default and 1.09x with 10 interleaved rounds. Per op, the default's
+means over 2-5 runs are noisier: the time-weighted mean ``|log|`` ratio between the two devices'
+per-op times was 0.28-0.58 against 0.16-0.29 for the old scheme (0.17-0.27 for 10 interleaved
+rounds), worst under heavy load, when only 2 rounds fit. A placement made by ``optimal`` on any
+scheme's costs was as good: 1.0-1.7 % above the best single device for every scheme, evaluated on
+costs pooled from every profile. Set ``seconds`` higher, or 0 for always ``runs``, where per-op
+precision is worth the time (e.g. devices that differ by less than 2x per op on a loaded host).
+
+The CPU plugin's per-node counter is a running average over every inference since compile, of
+durations truncated to whole microseconds; the first inference is much slower (weights are
+repacked), so a node's time is the mean over the timed runs recovered from the counter read after
+the warm-up (``w`` inferences) and at the end: ``(avg_end * (w + r) - avg_warm * w) / r``, plus
+0.5 µs for the truncation of every run if the node executed. This is a mean, not a median: a run
+slowed down by another process shows up in it (the whole-model total is the median wall time; a
+per-op median over the same few runs, read after every run, was no more stable). Mapping back to IR
 ops:
 
 - a node's ``originalLayersNames`` lists the source ops it implements (a convolution with its
@@ -48,7 +72,9 @@ a real device that cannot compile every op of the model is an error here.
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
 import warnings
 
 import numpy as np
@@ -137,83 +163,110 @@ def roofline(graph: Graph, device: Device) -> np.ndarray:
 
 def node_seconds(node: dict, warmup: int, runs: int) -> float:
     """Mean seconds per timed run of one runtime node from its two counter readings."""
+    return float(_node_seconds([node], warmup, runs)[0])
+
+
+def _node_seconds(nodes: list[dict], warmup: int, runs: int) -> np.ndarray:
+    k = len(nodes)
     a, r = max(int(warmup), 0), int(runs)
-    t = (node["avg_all"] * (a + r) - node["avg_warm"] * a) / r
-    return max(t, 0.0) + (COUNTER_FLOOR if node.get("executed") else 0.0)
+    warm = np.fromiter((nd["avg_warm"] for nd in nodes), np.float64, k)
+    end = np.fromiter((nd["avg_all"] for nd in nodes), np.float64, k)
+    ran = np.fromiter((bool(nd.get("executed")) for nd in nodes), bool, k)
+    return np.maximum((end * (a + r) - warm * a) / r, 0.0) + np.where(ran, COUNTER_FLOOR, 0.0)
+
+
+def split_weights(graph: Graph) -> np.ndarray:
+    """Per op, its share weight within a fused runtime node: ``max(flops, output elements, 1)``."""
+    return np.fromiter((max(op.flops, sum(math.prod(s) for s in op.out_shapes), 1.0) for op in graph.ops),
+                       np.float64, graph.n_ops)
 
 
 def attribute(graph: Graph, nodes: list[dict], warmup: int, runs: int) -> tuple[np.ndarray, float]:
     """Per-op seconds from the runtime graph ``nodes`` of one profiled compile (see
     :mod:`hdp.runtime.worker`; a node's ``ops`` are the positions of the ops it implements) after
-    ``warmup`` + ``runs`` inferences; returns (times, seconds attributed to no op)."""
-    n = graph.n_ops
-    free = zero_cost_ops(graph)
-    weight = np.array([max(op.flops, sum(math.prod(s) for s in op.out_shapes)) for op in graph.ops], np.float64)
-    weight = np.maximum(weight, 1.0)
+    ``warmup`` + ``runs`` inferences; returns (times, seconds attributed to no op).
 
-    k = len(nodes)
-    ids: list[list[int]] = []
-    for nd in nodes:
-        own = [int(i) for i in nd["ops"] if 0 <= i < n and not free[i]]
-        ids.append(sorted(set(own)))
-    _absorb_unnamed(graph, free, ids)
-    succ: list[list[int]] = [[] for _ in range(k)]
-    for j, nd in enumerate(nodes):
-        for p in nd["preds"]:
-            succ[p].append(j)
-
-    def nearest(start: int, step) -> list[int]:
-        seen, frontier = {start}, [start]
-        while frontier:
-            nxt = []
-            for u in frontier:
-                for v in step(u):
-                    if v in seen:
-                        continue
-                    if ids[v]:
-                        return ids[v]
-                    seen.add(v)
-                    nxt.append(v)
-            frontier = nxt
-        return []
-
+    Linear in ops + nodes: (node, op) pairs as arrays, a node's time split over its ops with one
+    ``bincount``; only the few nodes naming no costed op are walked one by one (breadth first)."""
+    n, k = graph.n_ops, len(nodes)
     times = np.zeros(n)
+    if not k:
+        return times, 0.0
+    free = zero_cost_ops(graph)
+    secs = _node_seconds(nodes, warmup, runs)
+    counts = np.fromiter((len(nd["ops"]) for nd in nodes), np.int64, k)
+    op = np.fromiter(itertools.chain.from_iterable(nd["ops"] for nd in nodes), np.int64, int(counts.sum()))
+    node = np.repeat(np.arange(k, dtype=np.int64), counts)
+    keep = (op >= 0) & (op < n)
+    keep[keep] = ~free[op[keep]]
+    pair = np.unique(node[keep] * max(n, 1) + op[keep])  # each (node, costed op) once, by node
+    node, op = _absorb_unnamed(graph, free, pair // max(n, 1), pair % max(n, 1))
+    named = np.zeros(k, bool)
+    named[node] = True
+    # a node naming no costed op passes its time to the nearest named node downstream, else upstream
+    share = np.where(named, secs, 0.0)
     lost = 0.0
-    for j, nd in enumerate(nodes):
-        t = node_seconds(nd, warmup, runs)
-        if t == 0.0:
-            continue
-        target = ids[j] or nearest(j, lambda u: succ[u]) or nearest(j, lambda u: nodes[u]["preds"])
-        if not target:
-            lost += t
-            continue
-        w = weight[target]
-        times[target] += t * w / w.sum()
+    homeless = np.flatnonzero(~named & (secs > 0))
+    if homeless.size:
+        pcount = np.fromiter((len(nd["preds"]) for nd in nodes), np.int64, k)
+        pred = np.fromiter(itertools.chain.from_iterable(nd["preds"] for nd in nodes), np.int64, int(pcount.sum()))
+        pptr = np.concatenate(([0], np.cumsum(pcount)))
+        dst = np.repeat(np.arange(k, dtype=np.int64), pcount)
+        order = np.argsort(pred, kind="stable")  # successors of each node, in node order
+        sptr = np.concatenate(([0], np.cumsum(np.bincount(pred, minlength=k))))
+        succ = dst[order]
+        for j in homeless:
+            m = _nearest(int(j), sptr, succ, named)
+            if m < 0:
+                m = _nearest(int(j), pptr, pred, named)
+            if m < 0:
+                lost += float(secs[j])
+            else:
+                share[m] += secs[j]
+    w = split_weights(graph)[op]
+    wsum = np.bincount(node, weights=w, minlength=k)
+    times += np.bincount(op, weights=share[node] * w / wsum[node], minlength=n)
     return times, lost
 
 
-def _absorb_unnamed(graph: Graph, free: np.ndarray, ids: list[list[int]]) -> None:
-    """Give every costed op no runtime node names to the node naming its nearest consumer (or,
-    failing that, producer): fusions that rename the fused op drop the original name."""
-    owner = {}
-    for j, own in enumerate(ids):
-        for i in own:
-            owner.setdefault(i, j)
+def _nearest(start: int, ptr: np.ndarray, adj: np.ndarray, named: np.ndarray) -> int:
+    """The first named node met by a breadth-first walk from ``start`` along CSR ``ptr``/``adj``, or -1."""
+    seen, frontier = {start}, [start]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in adj[ptr[u]:ptr[u + 1]].tolist():
+                if v in seen:
+                    continue
+                if named[v]:
+                    return v
+                seen.add(v)
+                nxt.append(v)
+        frontier = nxt
+    return -1
+
+
+def _absorb_unnamed(graph: Graph, free: np.ndarray, node: np.ndarray, op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(node, op) pairs plus one for every costed op no runtime node names, given to the node
+    naming its nearest consumer (or, failing that, producer): fusions that rename the fused op
+    drop the original name. An op named by several nodes belongs to the first."""
+    n = graph.n_ops
+    owner = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(owner, op, node)
+    owner[owner == np.iinfo(np.int64).max] = -1
+    orphans = np.flatnonzero(~free & (owner < 0)).tolist()
+    if not orphans:
+        return node, op
     indptr, succ = graph.indptr.numpy(), graph.indices.numpy()
     pindptr, pred = predecessors_csr(graph)
-    orphans = [i for i in range(graph.n_ops) if not free[i] and i not in owner]
     for i in reversed(orphans):  # consumers first, so chains of unnamed ops resolve
-        j = next((owner[s] for s in succ[indptr[i]:indptr[i + 1]] if s in owner), None)
-        if j is not None:
-            owner[i] = j
+        j = next((owner[s] for s in succ[indptr[i]:indptr[i + 1]] if owner[s] >= 0), -1)
+        owner[i] = j
     for i in orphans:
-        if i not in owner:
-            j = next((owner[p] for p in pred[pindptr[i]:pindptr[i + 1]] if p in owner), None)
-            if j is not None:
-                owner[i] = j
-    for i in orphans:
-        if i in owner:
-            ids[owner[i]].append(i)
+        if owner[i] < 0:
+            owner[i] = next((owner[p] for p in pred[pindptr[i]:pindptr[i + 1]] if owner[p] >= 0), -1)
+    adopted = np.array([i for i in orphans if owner[i] >= 0], np.int64)
+    return np.concatenate([node, owner[adopted]]), np.concatenate([op, adopted])
 
 
 def coverage(costs: Costs) -> tuple[float, ...]:
@@ -228,48 +281,73 @@ def coverage(costs: Costs) -> tuple[float, ...]:
     return tuple(out)
 
 
-def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int = 1,
-                  timeout: float = 600.0) -> tuple[Costs, dict[str, dict[str, float]]]:
+def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int = 1, seconds: float = 1.0,
+                  min_runs: int = 2, timeout: float = 600.0, stages: dict[str, float] | None = None,
+                  ) -> tuple[Costs, dict[str, dict[str, float]]]:
     """The Costs of ``module`` on ``target`` and, per device, ``total`` (median), ``mean``, ``sum``,
-    ``coverage`` and ``unattributed`` seconds (measured devices) or ``total``/``sum`` (modeled)."""
+    ``coverage``, ``unattributed`` seconds, ``runs`` and ``compile_seconds`` (measured devices) or
+    ``total``/``sum`` (modeled).
+
+    Every real device is profiled in one worker request (see :mod:`hdp.runtime.worker`): compiled
+    with PERF_COUNT and warmed up ``warmup`` times, in parallel; then timed in interleaved rounds
+    (one run per device per round): ``min_runs`` rounds, then more while the next (judged by the
+    last) keeps the timed runs within ``seconds`` (0: no budget), at most ``runs``. ``timeout``
+    bounds each device's compile, warm-up and runs (the one request gets the sum). With ``stages``,
+    the wall seconds of each step are stored in it: ``start`` (worker start and model read),
+    ``prepare`` (compiles and warm-ups), ``timed``, ``nodes`` (reading the runtime graphs),
+    ``close``, ``attribute`` and ``total``."""
+    if not (runs >= 1 and min_runs >= 1 and seconds >= 0 and warmup >= 0):
+        raise InputError(f"profile: runs and min_runs must be >= 1, seconds and warmup >= 0 "
+                         f"(got runs={runs}, min_runs={min_runs}, seconds={seconds}, warmup={warmup})")
+    t_begin = time.perf_counter()
     g = module.graph
     n, devs = g.n_ops, target.devices
     op_time = np.zeros((n, len(devs)))
-    totals, kinds, info = [], [], {}
-    real = [d for d in devs if d.kind == "real"]
-    measurer = None
+    real = [d.name for d in devs if d.kind == "real"]
+    replies: dict[str, dict] = {}
+    clock = {}
     if real and n:
         from hdp.runtime.measure import MeasureError, Measurer
 
-        measurer = Measurer(module, target, runs=runs, warmup=warmup, timeout=timeout, cache=False)
-    try:
-        for j, d in enumerate(devs):
-            if d.kind == "modeled" or not n:
-                op_time[:, j] = roofline(g, d) if n else 0.0
-                kinds.append("modeled")
-                total = float(op_time[:, j].sum())
-                totals.append(total)
-                info[d.name] = {"total": total, "sum": total}
-                continue
+        # one request profiles every device: it gets ``timeout`` per device
+        with Measurer(module, target, runs=runs, warmup=max(warmup, 1), timeout=timeout * len(real),
+                      cache=False) as m:
             try:
-                reply = measurer.profile(d.name, runs=runs, warmup=max(warmup, 1))
+                t0 = time.perf_counter()
+                m.loaded()
+                clock["start"] = time.perf_counter() - t0
+                reply = m.profile(real, seconds=seconds, min_runs=min_runs)
             except MeasureError as e:
                 raise InputError(str(e)) from None
-            times, lost = attribute(g, reply["nodes"], max(warmup, 1), runs)
-            op_time[:, j] = times
-            total, mean = float(np.median(reply["times"])), float(np.mean(reply["times"]))
-            kinds.append("measured")
+            t0 = time.perf_counter()
+        clock.update(reply["seconds"])
+        clock["close"] = time.perf_counter() - t0
+        replies = {r["device"]: r for r in reply["devices"]}
+    t0 = time.perf_counter()
+    totals, kinds, info = [], [], {}
+    for j, d in enumerate(devs):
+        if d.name not in replies:
+            op_time[:, j] = roofline(g, d) if n else 0.0
+            kinds.append("modeled")
+            total = float(op_time[:, j].sum())
             totals.append(total)
-            s = float(times.sum())
-            cov = s / mean if mean > 0 else float("nan")
-            info[d.name] = {"total": total, "mean": mean, "sum": s, "coverage": cov, "unattributed": lost}
-            if cov > 1.5 or (cov < 0.5 and mean > 1e-3):
-                warnings.warn(f"profile on {d.name}: per-op times sum to {cov:.2f}x the mean latency "
-                              f"({s * 1e3:.3f} vs {mean * 1e3:.3f} ms); the per-op costs are unreliable "
-                              f"(another process competing for the cores?)", stacklevel=2)
-    finally:
-        if measurer is not None:
-            measurer.close()
+            info[d.name] = {"total": total, "sum": total}
+            continue
+        r = replies[d.name]
+        k = len(r["times"])
+        times, lost = attribute(g, r["nodes"], r["warmup"], k)
+        op_time[:, j] = times
+        total, mean = float(np.median(r["times"])), float(np.mean(r["times"]))
+        kinds.append("measured")
+        totals.append(total)
+        s = float(times.sum())
+        cov = s / mean if mean > 0 else float("nan")
+        info[d.name] = {"total": total, "mean": mean, "sum": s, "coverage": cov, "unattributed": lost,
+                        "runs": k, "compile_seconds": r["compile_seconds"]}
+        if cov > 1.5 or (cov < 0.5 and mean > 1e-3):
+            warnings.warn(f"profile on {d.name}: per-op times sum to {cov:.2f}x the mean latency "
+                          f"({s * 1e3:.3f} vs {mean * 1e3:.3f} ms); the per-op costs are unreliable "
+                          f"(another process competing for the cores?)", stacklevel=2)
     if n:
         sup = module.support
         free = zero_cost_ops(g)
@@ -282,4 +360,8 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
     costs = Costs(devices=target.device_names, op_time=Array.of(op_time, np.float64), kind=tuple(kinds),
                   link_latency=target.link.latency, link_bandwidth=target.link.bandwidth,
                   subgraph_overhead=target.link.subgraph_overhead, measured_total=tuple(totals))
+    if stages is not None:
+        stages.update(clock)
+        stages["attribute"] = time.perf_counter() - t0
+        stages["total"] = time.perf_counter() - t_begin
     return costs, info

@@ -21,12 +21,22 @@ true for a user mistake such as a device absent from this host):
 - ``query``: ``device`` -> ``supported`` (per op position): OpenVINO's ``query_model`` of the
   loaded model on that device. It runs here, not in the caller, because a plugin answering it may
   allocate whatever the model's shapes ask for (``std::bad_alloc``) or crash.
-- ``plain``: ``device``, ``runs``, ``warmup``, ``perf`` -> ``times``, ``compile_seconds`` and, with
-  ``perf``, ``nodes``: the compiled (runtime) graph, one entry per node with ``name``, ``type``,
-  ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those
-  ops, mapped here where the names are those of the model compiled), ``preds`` (node indices), ``avg_warm``
-  and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every inference since compile,
-  read after the warm-up and after the timed runs) and ``executed`` (false for fused/in-place nodes).
+- ``plain``: ``device``, ``runs``, ``warmup`` -> ``times``, ``compile_seconds``.
+- ``profile``: ``devices``, ``runs``, ``warmup``, ``seconds``, ``min_runs`` -> ``devices`` (one
+  entry per device, in order: ``device``, ``times``, ``starts`` (of each timed run, seconds after
+  the warm-ups), ``compile_seconds``, ``warmup``, ``nodes``)
+  and ``seconds`` (wall time of ``prepare``: the compiles and warm-ups, ``timed``: the timed
+  rounds, ``nodes``: reading the runtime graphs). Each device compiles the unplaced model with
+  ``PERF_COUNT`` and runs ``warmup`` times, the devices in parallel threads (nothing is timed
+  yet); then the timed runs go in rounds, one run per device per round in alternating order:
+  ``min_runs`` rounds, then more while another round (as long as the last) keeps the timed runs
+  within ``seconds`` (0: no budget), at most ``runs`` rounds.
+  ``nodes`` is a device's compiled (runtime) graph, one entry per node with ``name``, ``type``,
+  ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those ops,
+  mapped here where the names are those of the model compiled), ``preds`` (node indices),
+  ``avg_warm`` and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every
+  inference since compile, read after the warm-up and after the timed runs) and ``executed``
+  (false for fused/in-place nodes).
 
 Interleaved comparisons (:meth:`hdp.runtime.measure.Measurer.head_to_head`) hold several compiled
 candidates at once:
@@ -51,7 +61,7 @@ its parent process id changes (the parent's pid is passed in ``HDP_WORKER_PARENT
 stuck in a device compile never outlives a killed ``hdp``.
 
 Test hook: ``HDP_MEASURE_FAULT`` = ``crash`` (SIGSEGV), ``hang`` or ``raise``, applied to every
-``measure``/``plain``/``prepare``/``check``/``query`` request of a worker started with it.
+``measure``/``plain``/``profile``/``prepare``/``check``/``query`` request of a worker started with it.
 """
 
 from __future__ import annotations
@@ -169,6 +179,9 @@ class Worker:
             if op == "plain":
                 _fault()
                 return self.plain(req)
+            if op == "profile":
+                _fault()
+                return self.profile(req)
             if op == "prepare":
                 _fault()
                 return self.prepare(req)
@@ -245,22 +258,20 @@ class Worker:
 
         return start
 
-    def _time(self, compiled, runs: int, warmup: int, perf: bool = False):
-        """Wall seconds of ``runs`` inferences after ``warmup``; with ``perf``, also the per-node
-        counters (cumulative averages, see :mod:`hdp.runtime.profile`) after warm-up and at the end."""
+    def _time(self, compiled, runs: int, warmup: int) -> list[float]:
+        """Wall seconds of ``runs`` inferences after ``warmup``."""
         req = compiled.create_infer_request()
         start = self._ready(req)
         for _ in range(warmup):
             start()
             req.infer()
-        before = _counters(req) if perf else {}
         times = []
         for _ in range(runs):
             start()
             t0 = time.perf_counter()
             req.infer()
             times.append(time.perf_counter() - t0)
-        return times, (before, _counters(req)) if perf else None
+        return times
 
     def _compile_placed(self, req: dict):
         """(compiled model, compile seconds) of the placement in ``req`` (``devices``, ``device_of``).
@@ -294,7 +305,7 @@ class Worker:
 
     def measure(self, req: dict) -> dict:
         compiled, compile_s = self._compile_placed(req)
-        times, _ = self._time(compiled, int(req["runs"]), int(req["warmup"]))
+        times = self._time(compiled, int(req["runs"]), int(req["warmup"]))
         return {"ok": True, "times": times, "compile_seconds": compile_s}
 
     def prepare(self, req: dict) -> dict:
@@ -440,16 +451,81 @@ class Worker:
 
 
     def plain(self, req: dict) -> dict:
-        device, perf = req["device"], bool(req.get("perf"))
+        device = req["device"]
         core = self.core((device,))
         t0 = time.perf_counter()
-        compiled = core.compile_model(self.model, device, {"PERF_COUNT": "YES"} if perf else {})
+        compiled = core.compile_model(self.model, device, {})
         compile_s = time.perf_counter() - t0
-        times, prof = self._time(compiled, int(req["runs"]), int(req["warmup"]), perf)
-        reply = {"ok": True, "times": times, "compile_seconds": compile_s}
-        if perf:
-            reply["nodes"] = _runtime_nodes(compiled, self.index, *prof)
-        return reply
+        times = self._time(compiled, int(req["runs"]), int(req["warmup"]))
+        return {"ok": True, "times": times, "compile_seconds": compile_s}
+
+    def profile(self, req: dict) -> dict:
+        """Per-node counters of the unplaced model on each device (see the module docstring)."""
+        import threading
+
+        t_start = time.perf_counter()
+        devices = list(req["devices"])
+        runs, warmup = int(req["runs"]), max(int(req["warmup"]), 1)
+        min_runs = min(max(int(req.get("min_runs", 1)), 1), runs)
+        budget = float(req.get("seconds", 0.0)) or float("inf")  # 0: no budget, every round
+        cores = [self.core((d,)) for d in devices]  # made here: registering plugins is not for threads
+        if self.inputs is None:  # made once, before the threads share them
+            self.inputs = random_inputs(self.model)
+        ready: list = [None] * len(devices)  # (compiled, infer request, start, compile seconds)
+        failed: list = [None] * len(devices)
+
+        def prepare(j: int) -> None:
+            # compile and warm up; untimed, so the devices may share the cores meanwhile
+            try:
+                t0 = time.perf_counter()
+                compiled = cores[j].compile_model(self.model, devices[j], {"PERF_COUNT": "YES"})
+                compile_s = time.perf_counter() - t0
+                ireq = compiled.create_infer_request()
+                start = self._ready(ireq)
+                for _ in range(warmup):
+                    start()
+                    ireq.infer()
+                ready[j] = (compiled, ireq, start, compile_s)
+            except Exception as e:  # noqa: BLE001 - reported below, naming the device
+                failed[j] = e
+
+        threads = [threading.Thread(target=prepare, args=(j,), daemon=True) for j in range(1, len(devices))]
+        for t in threads:
+            t.start()
+        prepare(0)
+        for t in threads:
+            t.join()
+        for d, e in zip(devices, failed):
+            if e is not None:
+                raise RuntimeError(f"{d}: {ov_message(e)}") from e
+        t_prepared = time.perf_counter()
+        before = [_counters(r[1]) for r in ready]
+        times: list[list[float]] = [[] for _ in devices]
+        starts: list[list[float]] = [[] for _ in devices]  # seconds after the warm-ups
+        clock, spent, last, done = time.perf_counter, 0.0, 0.0, 0
+        # another round only if it fits the budget, judged by the last one (min_runs regardless)
+        while done < runs and (done < min_runs or spent + last <= budget):
+            order = range(len(devices)) if done % 2 == 0 else range(len(devices) - 1, -1, -1)
+            last = 0.0
+            for j in order:
+                _, ireq, start, _ = ready[j]
+                start()
+                t0 = clock()
+                ireq.infer()
+                dt = clock() - t0
+                times[j].append(dt)
+                starts[j].append(t0 - t_prepared)
+                last += dt
+            spent += last
+            done += 1
+        t_timed = time.perf_counter()
+        out = []
+        for j, (compiled, ireq, _, compile_s) in enumerate(ready):
+            out.append({"device": devices[j], "times": times[j], "starts": starts[j], "compile_seconds": compile_s,
+                        "warmup": warmup, "nodes": _runtime_nodes(compiled, self.index, before[j], _counters(ireq))})
+        t_end = time.perf_counter()
+        return {"ok": True, "devices": out,
+                "seconds": {"prepare": t_prepared - t_start, "timed": t_timed - t_prepared, "nodes": t_end - t_timed}}
 
 
 def _recorded_spec(model) -> str:
@@ -546,7 +622,10 @@ def main() -> None:
     while True:
         req = read_msg(proto_in)
         if req is None:
-            return
+            # the caller waits for this exit: skip the interpreter's teardown, where unloading
+            # OpenVINO's plugins takes about 0.4 s (nothing is left to flush or save)
+            sys.stderr.flush()
+            os._exit(0)
         write_msg(proto_out, worker.handle(req))
 
 

@@ -1,0 +1,82 @@
+"""Compile hdp's Numba kernels ahead of time: ``python -m hdp.warmup`` (run by ``make install``).
+
+:func:`warm_up` runs the kernels the way the pipeline calls them (see :mod:`hdp.jit` for where they
+are cached), so the user's first ``hdp compile`` loads them from the cache instead of compiling them
+for tens of seconds. :func:`compiled_now` says which kernels this process had to compile.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from hdp.jit import cache_dir
+
+
+def kernels() -> dict:
+    """Every Numba dispatcher of hdp's kernel modules, by ``package.name`` (``passes.in_degrees``)."""
+    from hdp.passes import _kernels as passes_kernels
+    from hdp.runtime import _kernels as runtime_kernels
+    from numba.core.registry import CPUDispatcher
+
+    out = {}
+    for mod in (passes_kernels, runtime_kernels):
+        for name, obj in vars(mod).items():
+            if isinstance(obj, CPUDispatcher):
+                out[f"{mod.__name__.rsplit('.', 2)[-2]}.{name}"] = obj
+    return out
+
+
+def compiled_now() -> dict[str, int]:
+    """Per kernel, the signatures this process compiled because the cache did not have them."""
+    return {k: sum(d.stats.cache_misses.values()) for k, d in kernels().items()
+            if sum(d.stats.cache_misses.values())}
+
+
+def warm_up(n_ops: int = 400) -> dict[str, int]:
+    """Run the kernels the pipeline uses on a small synthetic module, so that Numba compiles
+    (or loads) each with the argument types the pipeline gives it; returns :func:`compiled_now`.
+
+    Goes through the pipeline's own entry points (passes, :func:`hdp.pipeline.compile_schedule`
+    for every method but the learned one, the simulator of a placement problem), never through
+    kernel signatures, so it follows the code it warms up."""
+    import numpy as np
+
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import compile_schedule, make_pass
+    from hdp.placement.problem import problem_of
+    from hdp.placers import IMPLEMENTATIONS
+    from hdp.placers.options import method_from
+    from hdp.runtime.simulate import Simulator
+    from hdp.runtime.target import load_target
+    from hdp.synth import random_module
+
+    target = load_target("i9-flex170")  # modeled: no device is touched
+    module = random_module(n_ops)
+    base = PassManager([make_pass("support", {"target": target}), make_pass("profile", {"target": target}),
+                        make_pass("features", {}), make_pass("coarsen", {})]).run(module)
+    PassManager([make_pass("coarsen", {"groups": 16})]).run(base)
+    for name in sorted(IMPLEMENTATIONS):
+        if "features" in type(method_from(name)).needs:  # the learned placer: its kernels are the
+            continue                                      # structure passes' and the simulator's
+        PassManager(compile_schedule(target, name, refine=True)).run(module)
+    sim = Simulator(problem_of(base))
+    dev = (np.arange(sim.n_groups) % sim.n_devices).astype(np.int64)
+    sim.latency(dev)
+    sim.latencies(np.stack([dev, np.zeros_like(dev)]))
+    sim.latency_parallel(dev)
+    sim.subgraphs(dev)
+    return compiled_now()
+
+
+def main() -> None:
+    import time
+
+    t0 = time.perf_counter()
+    compiled = warm_up()
+    loaded = sum(sum(d.stats.cache_hits.values()) for d in kernels().values())
+    print(f"hdp: Numba kernels cached in {cache_dir()}: {sum(compiled.values())} compiled now, "
+          f"{loaded} loaded from the cache ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Numba's cache lives under the hdp cache; the ahead-of-time warm-up covers the pipeline's kernels."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hdp
+from hdp.jit import cache_dir
+from hdp.warmup import kernels
+
+ROOT = str(Path(hdp.__file__).resolve().parent.parent)
+
+
+def _python(code: str, **env) -> str:
+    e = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    e.update(PYTHONPATH=ROOT, **env)
+    r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_kernels_cache_under_the_hdp_cache_dir(tmp_path):
+    code = ("from hdp.passes import _kernels as P; from hdp.runtime import _kernels as R; import os\n"
+            "print(P.in_degrees._cache._cache_path); print(R.sequential_terms._cache._cache_path)\n"
+            "print(os.environ['NUMBA_CACHE_DIR'])")
+    passes, runtime, env = _python(code, XDG_CACHE_HOME=str(tmp_path / "xdg")).splitlines()
+    where = tmp_path / "xdg" / "hdp" / "numba"
+    assert env == str(where)  # inherited by worker processes
+    assert Path(passes).parent == where and Path(runtime).parent == where
+    # NUMBA_CACHE_DIR wins, even when numba was imported before hdp
+    code = "import numba\n" + code
+    passes, _, _ = _python(code, XDG_CACHE_HOME=str(tmp_path / "xdg"), NUMBA_CACHE_DIR=str(tmp_path / "nb")).splitlines()
+    assert Path(passes).parent == tmp_path / "nb"
+
+
+def test_every_kernel_is_a_cached_dispatcher():
+    ks = kernels()
+    assert "passes.fractal_dimension" in ks and "runtime.sequential_batch" in ks
+    for name, d in ks.items():
+        assert d._cache._cache_path.startswith(cache_dir()), name
+
+
+@pytest.mark.slow
+def test_warm_up_leaves_nothing_to_compile_on_the_users_path(tmp_path, branchy_xml):
+    """After ``python -m hdp.warmup`` into an empty cache, lowering a real model and running the
+    compile pipeline (classical methods, refinement, hsdag) compiles no kernel."""
+    nb = str(tmp_path / "numba")
+    _python("from hdp.warmup import main; main()", NUMBA_CACHE_DIR=nb)
+    code = f"""
+from hdp.ir.openvino_frontend import lower
+from hdp.warmup import compiled_now
+from hdp.passes.manager import PassManager
+from hdp.pipeline import compile_schedule
+from hdp.runtime.target import load_target
+m = lower({str(branchy_xml)!r})
+for method, extra in [("optimal", {{}}), ("heft", {{}}), ("random", {{}}),
+                      ("hsdag", {{"budget": 2.0, "episodes": 1, "samples": 2}})]:
+    PassManager(compile_schedule(load_target("i9-flex170"), method, extra=extra, refine=True)).run(m)
+print(compiled_now())
+"""
+    assert _python(code, NUMBA_CACHE_DIR=nb).splitlines()[-1] == "{}"
