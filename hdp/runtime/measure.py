@@ -173,6 +173,7 @@ class WorkerProcess:
         env = dict(os.environ if self.env is None else self.env)
         root = str(Path(hdp.__file__).resolve().parent.parent)  # the worker imports this same hdp
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
+        env["PYTHONSAFEPATH"] = "1"  # python -m must not put the current directory (another hdp checkout) first
         env[PARENT_ENV] = str(os.getpid())
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "hdp.runtime.worker"], stdin=subprocess.PIPE,
