@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.build import edge_sources
+from hdp.ir.build import edge_sources, predecessors_csr
 from hdp.ir.types import Graph
 
 PLACED, CONE, REPLICATED = 0, 1, 2
@@ -151,13 +151,7 @@ def roles(graph: Graph) -> np.ndarray:
     n = graph.n_ops
     types = [op.type for op in graph.ops]
     indptr, succ = graph.indptr.numpy(), graph.indices.numpy()
-    src = edge_sources(graph)
-    dst = graph.indices.numpy()
-    # predecessors per op, in edge order
-    order = np.argsort(dst, kind="stable")
-    pptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=pptr[1:])
-    preds = src[order]
+    pptr, preds = predecessors_csr(graph)
     role = np.zeros(n, np.int8)
     for i in range(n):
         t = types[i]
@@ -251,8 +245,7 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
             uf.union(int(i), c)
 
     group_of = _close_groups(n, placed, uf, e_src, e_dst)
-    return _contract(graph, role, placed, group_of, first_placed, reach, e_src, e_dst, src, dst, port, ebytes,
-                     types)
+    return _contract(graph, role, placed, group_of, first_placed, reach, e_src, e_dst, port, ebytes, types)
 
 
 def _close_groups(n, placed, uf, e_src, e_dst) -> np.ndarray:
@@ -328,7 +321,7 @@ def _reach(ptr, idx, start, ok) -> set[int]:
     return seen
 
 
-def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, src, dst, port, ebytes, types):
+def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port, ebytes, types):
     n = graph.n_ops
     pl = np.nonzero(placed)[0]
     uniq, inv = np.unique(root[pl], return_inverse=True)
