@@ -76,18 +76,20 @@ def check_generation(placed_xml, original):
         np.testing.assert_allclose(a, b, **BF16)
 
 
+#: zoo export -> what to run it with (the FP16 CNN with a dynamic batch, to run at two batch sizes)
 CASES = {
-    "bert_dynamic_xml": ("bert", None),
-    "cnn_dynamic_xml": ("cnn", None),
-    "cnn_fp16_xml": ("cnn", None),
-    "llama_stateful_xml": ("llm", None),
-    "llama_int4_xml": ("llm", None),
+    "bert-tiny:dynamic": "bert",
+    "mobilenet_v2-tiny:dynamic": "cnn",
+    "mobilenet_v2-tiny:dynamic,fp16": "cnn",
+    "llama-tiny:stateful": "llm",
+    "llama-tiny:stateful,int4": "llm",
 }
 
 
-def _case(request, fixture, method, tmp_path):
-    xml = request.getfixturevalue(fixture)
-    kind, _ = CASES[fixture]
+def _case(zoo_export, name, method, tmp_path):
+    xml = zoo_export(name)
+    kind = CASES[name]
+    fixture = name.replace(":", "_").replace(",", "_")
     out = compile_cli(xml, tmp_path / f"{fixture}-{method}.xml", method, seq_len=None if kind == "cnn" else 16)
     assert partial_shapes(out) == partial_shapes(xml)
     if kind == "bert":
@@ -98,15 +100,15 @@ def _case(request, fixture, method, tmp_path):
         check_generation(out, xml)
 
 
-def test_dynamic_cnn_random_split(request, tmp_path):
-    _case(request, "cnn_dynamic_xml", "random", tmp_path)
+def test_dynamic_cnn_random_split(zoo_export, tmp_path):
+    _case(zoo_export, "mobilenet_v2-tiny:dynamic", "random", tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("fixture", list(CASES))
-def test_users_models_place_run_and_generate(request, fixture, method, tmp_path):
-    _case(request, fixture, method, tmp_path)
+@pytest.mark.parametrize("name", list(CASES))
+def test_users_models_place_run_and_generate(zoo_export, name, method, tmp_path):
+    _case(zoo_export, name, method, tmp_path)
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ user's original model, dynamic shapes kept) with HETERO, in the measuring worker
 failed check, not the compile), runs it on seeded inputs — at the specialisation, a dynamic model
 also at a second shape, a stateful model as a prefill and two generation steps with the state
 carried (:func:`hdp.ir.openvino_frontend.check_runs`) — and compares every output with the
-original compiled on the plain CPU plugin in f32. The relative L2 error must stay below
-:func:`tolerance`.
+original compiled on the plain CPU plugin in f32 (f32 KV cache). The relative L2 error must stay
+below :func:`tolerance`.
 
 Modeled devices cannot run here; their placements are checked for the same cut structure on
 stand-ins (the CPU plugin registered again per modeled device, in f32), which is what HETERO's
@@ -69,12 +69,17 @@ def check_target(target: Target) -> tuple[Target, dict[str, str]]:
     return Target(name=f"{target.name}-check", devices=devs, link=target.link), rename
 
 
-def tolerance(target: Target, used: list[str]) -> float:
+def tolerance(target: Target, used: list[str], stateful: bool = False) -> float:
     """:data:`TOLERANCE_REDUCED` when a used real device may compute in bf16/f16 (its precision
-    hint says so, or it has none and the plugin picks), else :data:`TOLERANCE_F32`."""
+    hint says so, or it has none and the plugin picks) or, for a stateful model, keeps its KV cache
+    in less than f32 (the CPU plugin's default is u8); else :data:`TOLERANCE_F32`."""
     for name in used:
         d = target.device(name)
-        if d.kind == "real" and d.config.get("INFERENCE_PRECISION_HINT", "").lower() != "f32":
+        if d.kind != "real":
+            continue
+        if d.config.get("INFERENCE_PRECISION_HINT", "").lower() != "f32":
+            return TOLERANCE_REDUCED
+        if stateful and d.config.get("KV_CACHE_PRECISION", "").lower() != "f32":
             return TOLERANCE_REDUCED
     return TOLERANCE_F32
 
@@ -91,7 +96,7 @@ class PlacementChecker:
         self.measurer = Measurer(module, self.check_target, runs=1, warmup=0, timeout=timeout, cache=False)
 
     def _result(self, reply: dict, used: list[str]) -> CheckResult:
-        tol = tolerance(self.target, used)
+        tol = tolerance(self.target, used, bool(reply.get("stateful")))
         stand = any(d in self.rename for d in used)
         if not reply.get("passed"):
             return CheckResult(passed=False, error=str(reply.get("error", "failed")), tolerance=tol, stand_ins=stand,
@@ -138,7 +143,7 @@ def check_placed_file(xml, target: Target | None = None, timeout: float = 300.0)
     check_tgt, rename = check_target(tgt)
     with Measurer(xml, check_tgt, runs=1, warmup=0, timeout=timeout, cache=False) as m:
         reply = m.check(xml=xml, rename=rename)
-    tol = tolerance(tgt, used)
+    tol = tolerance(tgt, used, bool(reply.get("stateful")))
     err = float(reply.get("max_error", 0.0))
     ok = bool(reply.get("passed")) and err <= tol
     return CheckResult(passed=ok, max_error=err, tolerance=tol, runs=int(reply.get("runs", 0)),

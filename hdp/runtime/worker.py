@@ -360,7 +360,8 @@ class Worker:
 
         key = msgspec.json.encode(runs)
         if key not in self.reference:
-            compiled = ov.Core().compile_model(self.original, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            compiled = ov.Core().compile_model(self.original, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                                      "KV_CACHE_PRECISION": "f32"})
             self.reference = {key: self._run_all(compiled, runs)}
         return self.reference[key]
 
@@ -439,7 +440,7 @@ class Worker:
                 if err > worst:
                     worst, where = err, f"run {k}, output {j}"
         return {"ok": True, "passed": True, "max_error": worst, "where": where, "devices": used,
-                "runs": len(runs), "seconds": time.perf_counter() - t0}
+                "runs": len(runs), "stateful": bool(self.spec.state), "seconds": time.perf_counter() - t0}
 
     def query(self, req: dict) -> dict:
         """``query_model`` on the specialisation: a bool per op position."""
