@@ -12,7 +12,7 @@ import pytest
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, place
 from hdp.placers.classical import auto_margin
-from hdp.placers.options import method_from
+from hdp.placers.options import UNCALIBRATED_MARGIN, method_from
 from hdp.runtime import calibrate as C
 from hdp.runtime.simulate import Simulator
 from hdp.runtime.target import load_target
@@ -234,7 +234,7 @@ def test_optimal_keeps_the_best_single_device_unless_the_gain_beats_the_margin()
     # the default: modeled costs 0; measured costs without a calibration 15 %; a calibration's error
     assert auto_margin(m) == 0.0 and mixed(run(m))
     measured = m.replace(costs=msgspec.structs.replace(m.costs, kind=("measured", "measured")))
-    assert auto_margin(measured) == C.UNCALIBRATED_MARGIN
+    assert auto_margin(measured) == UNCALIBRATED_MARGIN
     assert not mixed(run(measured))
     calibrated = measured.replace(meta={"boundary_error": "0.01"})
     assert mixed(run(calibrated))

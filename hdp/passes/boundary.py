@@ -40,6 +40,19 @@ class BoundaryPass(Pass, tag="boundary"):
     requires = ("costs",)
     provides = ("costs",)
 
+    @classmethod
+    def from_options(cls, options: dict) -> "BoundaryPass":
+        """From ``--set`` options: only a whole calibration makes sense here, so say where one comes from."""
+        from hdp.errors import InputError
+
+        if "boundary" not in options:
+            raise InputError("pass 'boundary' applies a calibration: run `hdp calibrate MODEL --target T`, then "
+                             "`hdp compile` inserts it after profile")
+        try:
+            return msgspec.convert(options, cls, strict=False)
+        except msgspec.ValidationError as e:
+            raise InputError(f"pass 'boundary': invalid option: {e}") from None
+
     def run(self, module: Module) -> Module:
         from hdp.runtime.calibrate import costs_digest, op_common
 

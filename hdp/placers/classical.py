@@ -30,7 +30,7 @@ predicted gain over the best single device (every group allowed there) is at lea
 share of the single device's simulated latency); otherwise ``optimal`` returns that single device
 and says so in ``info["kept_single"]``. ``margin=None`` (the default) is :func:`auto_margin`: the
 held-out error of the host's calibration when the costs were calibrated (the ``boundary`` pass,
-:mod:`hdp.runtime.calibrate`), :data:`~hdp.runtime.calibrate.UNCALIBRATED_MARGIN` (15 %) for
+:mod:`hdp.runtime.calibrate`), :data:`~hdp.placers.options.UNCALIBRATED_MARGIN` (15 %) for
 measured costs without one, and 0 for modeled costs (the simulator is then the definition).
 """
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, Placed
-from hdp.placers.options import Heft, Optimal, Random
+from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
 from hdp.runtime import _kernels as K
 from hdp.runtime.simulate import Simulator
 
@@ -250,8 +250,6 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
 
 def auto_margin(module) -> float:
     """``optimal``'s default margin for a module (see the module docstring)."""
-    from hdp.runtime.calibrate import UNCALIBRATED_MARGIN
-
     meta = getattr(module, "meta", None) or {}
     if "boundary_error" in meta:
         try:

@@ -67,6 +67,11 @@ class Heft(PlacerOptions, tag="heft"):
     summary = "HEFT list scheduling: upward rank, earliest finish time with transfer costs"
 
 
+#: ``optimal``'s default margin on measured costs without a calibration: the uncalibrated simulator's
+#: worst mixed-placement error seen on the zoo on ``virtual`` (-15 % ... +8 %, issue 10).
+UNCALIBRATED_MARGIN = 0.15
+
+
 class Optimal(PlacerOptions, tag="optimal"):
     solver: str = ""  # "" = mincut for 2 devices, ilp for more
     time_limit: float = 60.0  # ILP seconds

@@ -72,9 +72,6 @@ from hdp.errors import InputError
 
 #: Bump when the meaning of a stored calibration changes.
 CALIBRATION_VERSION = 1
-#: ``optimal``'s margin on measured costs without a calibration: the uncalibrated simulator's worst
-#: mixed-placement error seen on the zoo on ``virtual`` (-15 % ... +8 %, issue 10).
-UNCALIBRATED_MARGIN = 0.15
 #: A measurement's standard error is never taken below this (log units): a very tight interval
 #: from a quiet spell must not dominate the fit.
 MIN_SE = 0.01
