@@ -151,12 +151,15 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="zoo names or .xml paths")
     ap.add_argument("--heldout", type=int, default=10)
     ap.add_argument("--random", type=int, default=4, help="random placements per coarse group in the fitted design")
-    ap.add_argument("--resolution", type=float, default=3.0, help="percent")
+    ap.add_argument("--resolution", type=float, default=4.0,
+                    help="percent: measure until every ratio's 95 %% interval is this wide (or --max-seconds)")
     ap.add_argument("--max-seconds", type=float, default=240.0, help="per interleaved comparison")
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None, help="hdp cache root (default ~/.cache/hdp)")
     ap.add_argument("--from-json", default=None, help="refit and render recorded observations; measure nothing")
+    ap.add_argument("--record", default=None, help="the JSON record to write (default: <out>/calibration-<target>-"
+                    "<date>.json); if it exists, models already in it are not measured again (resume)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
@@ -164,7 +167,6 @@ def main(argv=None) -> int:
     from hdp.fsutil import atomic_write
     from hdp.passes.cache import PassCache
     from hdp.runtime import calibrate as C
-    from hdp.runtime.stats import SequentialPlan
     from hdp.runtime.target import load_target
     from hdp.cli_calibrate import prepare
 
@@ -177,14 +179,21 @@ def main(argv=None) -> int:
         stem = Path(args.from_json).stem
     else:
         cmd = "python bench/calibration_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        rec = Record(target=target.name, command=cmd, machine=machine(),
-                     date=_dt.datetime.now().isoformat(timespec="minutes"))
-        stem = f"calibration-{target.name}-{_dt.date.today().isoformat()}"
+        record = Path(args.record) if args.record else out / f"calibration-{target.name}-{_dt.date.today().isoformat()}.json"
+        stem = record.stem
+        if record.exists():
+            rec = msgspec.json.decode(record.read_bytes(), type=Record)
+            rec.command += f"; then {cmd}"
+            print(f"resuming {record}: {', '.join(rec.seconds)} already measured", file=sys.stderr)
+        else:
+            rec = Record(target=target.name, command=cmd, machine=machine(),
+                         date=_dt.datetime.now().isoformat(timespec="minutes"))
         cache = PassCache(root)
-        plan = SequentialPlan(resolution=args.resolution / 100, min_rounds=20, max_rounds=2000,
-                              max_seconds=args.max_seconds)
+        plan = C.precision_plan(resolution=args.resolution / 100, max_seconds=args.max_seconds)
         work = root / "bench"
         for model in args.models.split(","):
+            if Path(model).stem in rec.seconds:
+                continue
             t0 = time.perf_counter()
             if model.endswith(".xml"):
                 xml = Path(model)
@@ -198,7 +207,7 @@ def main(argv=None) -> int:
                                      say=lambda s: print(f"  {s}", flush=True))
             rec.observations.extend(msgspec.to_builtins(o) for o in obs)
             rec.seconds[Path(model).stem] = time.perf_counter() - t0
-            atomic_write(out / f"{stem}.json", msgspec.json.format(msgspec.json.encode(rec), indent=1))
+            atomic_write(record, msgspec.json.format(msgspec.json.encode(rec), indent=1))
     obs = [msgspec.convert(o, C.Observation) for o in rec.observations]
     cal = C.build(target, obs)
     where = C.CalibrationStore(root).put(cal, target)

@@ -34,8 +34,9 @@ def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
               help="Random placements per coarse group in the fitted design (besides single devices, blocks, "
                    "fine-grained random and optimal).")
 @click.option("--resolution", default=4.0, show_default=True, type=click.FloatRange(0, 100, min_open=True),
-              help="Run interleaved rounds until ratios are resolved to this many percent ...")
-@click.option("--max-seconds", default=90.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Run interleaved rounds until every ratio to the reference is known to ± half this many "
+                   "percent (95 % interval) ...")
+@click.option("--max-seconds", default=240.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="... or for at most this long per comparison (a reference and --batch placements).")
 @click.option("--batch", default=3, show_default=True, type=click.IntRange(1, 8),
               help="Placements measured in one interleaved comparison with the reference.")
@@ -62,7 +63,6 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
 
     from hdp.errors import InputError
     from hdp.runtime import calibrate as C
-    from hdp.runtime.stats import SequentialPlan
 
     check_paths(inputs={**{f"MODEL {i + 1}": m for i, m in enumerate(models)}, "--target": target_path(target)},
                 outputs={"--json": json_out}, out_dirs={"--cache-dir": None if no_cache else cache_dir})
@@ -74,7 +74,7 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
         raise InputError(f"target '{tgt.name}' has one device: there is no boundary to calibrate")
     shapes = shape_request(input_shape, seq_len, phase)
     cache = pass_cache(cache_dir, no_cache)
-    plan = SequentialPlan(resolution=resolution / 100, min_rounds=20, max_rounds=2000, max_seconds=max_seconds)
+    plan = C.precision_plan(resolution=resolution / 100, max_seconds=max_seconds)
     store = None if cache is None else C.CalibrationStore(cache.dir)
     old = store.get(tgt) if store is not None and not fresh else None
     observations: list = []

@@ -137,6 +137,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     median: float  # seconds, the placement's median over the rounds
     ref_median: float
     load: float  # 1-minute load average when measured
+    placement: tuple[int, ...] = ()  # the device of every tie group (for analysis)
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -464,15 +465,41 @@ def _load() -> float:
         return math.nan
 
 
+def precision_plan(resolution: float = 0.04, max_seconds: float = 240.0, min_rounds: int = 20,
+                   max_rounds: int = 5000):
+    """A :class:`~hdp.runtime.stats.SequentialPlan` that stops when every candidate's ratio to the
+    first (the reference) is known to ±``resolution / 2`` (its 95 % interval), or at the caps. A
+    calibration needs precise ratios, not verdicts: the default plan stops as soon as differences
+    are clear, which leaves a 30 % difference known only to ±10 %."""
+    from hdp.runtime import stats
+
+    class PrecisionPlan(stats.SequentialPlan, frozen=True):
+        def status(self, times, elapsed):
+            times = np.asarray(times, np.float64)
+            n, k = times.shape
+            if n >= self.max_rounds:
+                return stats.PlanStatus(True, f"round cap ({self.max_rounds} rounds)", 0)
+            if elapsed >= self.max_seconds:
+                return stats.PlanStatus(True, f"time cap ({self.max_seconds:g} s, {n} rounds)", 0)
+            if n < self.min_rounds:
+                return stats.PlanStatus(False, "", 0)
+            for j in range(1, k):
+                c = stats.compare(times[:, 0], times[:, j], level=self.level, margin=self.margin)
+                if not (c.low > 0 and math.sqrt(c.high / c.low) - 1 <= self.resolution / 2):
+                    return stats.PlanStatus(False, "", 0)
+            return stats.PlanStatus(True, f"ratios known to ±{self.resolution * 50:g} % ({n} rounds)", 0)
+
+    return PrecisionPlan(resolution=resolution, min_rounds=min_rounds, max_rounds=max_rounds, max_seconds=max_seconds)
+
+
 def measure_design(measurer, problem, sim, placements: Sequence[Design], *, model: str, costs: str, plan=None,
                    batch: int = 3, say: Callable[[str], None] = lambda s: None) -> list[Observation]:
     """Measure every placement but the first (the reference) head to head with the reference,
     ``batch`` placements per interleaved comparison; failures are reported through ``say`` and
     skipped."""
     from hdp.runtime.measure import placed
-    from hdp.runtime.stats import SequentialPlan
 
-    plan = plan or SequentialPlan(resolution=0.04, min_rounds=20, max_rounds=400, max_seconds=90.0)
+    plan = plan or precision_plan()
     ref = placements[0]
     common = group_common(problem)
     ref_f = placement_features(problem, sim, ref.group_device, common)
@@ -499,7 +526,8 @@ def measure_design(measurer, problem, sim, placements: Sequence[Design], *, mode
                             mixed=bool(np.unique(p.group_device).size > 1), features=f, reference=ref_f,
                             hetero_subgraphs=int(m.submodels), ratio=float(cmp_.ratio), low=float(cmp_.low),
                             high=float(cmp_.high), rounds=int(cmp_.rounds), median=float(m.median),
-                            ref_median=float(h.measurements[0].median), load=load)
+                            ref_median=float(h.measurements[0].median), load=load,
+                            placement=tuple(int(x) for x in p.group_device))
             out.append(o)
             say(f"{p.name:<26} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
                 f"subgraphs {f.subgraphs} (HETERO {o.hetero_subgraphs}), {f.copies} copies, "
