@@ -52,10 +52,23 @@ def _pct(x: float, signed: bool = False) -> str:
     return f"{x * 100:+.1f} %" if signed else f"{x * 100:.1f} %"
 
 
+def observations(rec: Record) -> list:
+    """The record's observations (an interval JSON could not hold, written as null, reads as none)."""
+    from hdp.runtime import calibrate as C
+
+    out = []
+    for o in rec.observations:
+        if isinstance(o, dict):
+            o = {**o, "low": o.get("low") or 0.0, "high": o.get("high") or 0.0}
+            o = msgspec.convert(o, C.Observation)
+        out.append(o)
+    return out
+
+
 def render(rec: Record, cal, target) -> str:
     from hdp.runtime import calibrate as C
 
-    obs = [msgspec.convert(o, C.Observation) if isinstance(o, dict) else o for o in rec.observations]
+    obs = observations(rec)
     nd = len(target.devices)
     before = C.uncalibrated(cal.link)
     scales = {m.costs: m for m in cal.models}
@@ -110,7 +123,7 @@ def render(rec: Record, cal, target) -> str:
         lines.append(f"| all | {sa['n']} | | {_pct(sb['median_abs'])} | {_pct(sb['worst'], True)} | "
                      f"**{_pct(sa['median_abs'])}** | {_pct(sa['worst'], True)} | | |")
     lines += ["", f"`optimal`'s default margin from this calibration (90th percentile of the held-out |error|): "
-                  f"{_pct(cal.error)}", "", "## Every placement", "",
+                  f"{_pct(cal.error) if cal.error is not None else 'none (nothing held out)'}", "", "## Every placement", "",
               "| model | placement | held out | subgraphs (sim / HETERO) | copies | MB copied | measured ratio "
               "[95 % CI] | rounds | before | after | reference ms | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     pb = C.predict(before, {}, obs, nd)
@@ -208,8 +221,7 @@ def main(argv=None) -> int:
             rec.observations.extend(msgspec.to_builtins(o) for o in obs)
             rec.seconds[Path(model).stem] = time.perf_counter() - t0
             atomic_write(record, msgspec.json.format(msgspec.json.encode(rec), indent=1))
-    obs = [msgspec.convert(o, C.Observation) for o in rec.observations]
-    cal = C.build(target, obs)
+    cal = C.build(target, observations(rec))
     where = C.CalibrationStore(root).put(cal, target)
     print(f"calibration stored -> {where}", file=sys.stderr)
     text = render(rec, cal, target)

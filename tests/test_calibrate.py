@@ -140,6 +140,23 @@ def test_store_is_keyed_by_host_fingerprint_and_target(tmp_path):
         assert store.get(virtual) is None
 
 
+def test_a_calibration_survives_its_json_with_nothing_held_out_and_an_unresolved_ratio(tmp_path):
+    from hdp.runtime.host import host_fingerprint
+
+    virtual = load_target("virtual")
+    rng = np.random.default_rng(4)
+    obs = _synthetic(rng, C.BoundaryModel(subgraph_overhead=1e-4, copy_latency=0.0, copy_per_byte=1e-9),
+                     {"a": (1.0, 1.0, 0.5)}, n_per_table=8)
+    obs.append(msgspec.structs.replace(obs[-1], low=0.0, high=0.0, ratio=9.0))  # too few rounds: not fitted
+    cal = C.build(virtual, obs)
+    assert cal.error is None and cal.host == host_fingerprint()
+    store = C.CalibrationStore(tmp_path)
+    store.put(cal, virtual)
+    assert store.get(virtual) == cal
+    bm, _ = C.fit(obs[:-1], 2, C.uncalibrated(cal.link))
+    assert bm == cal.boundary  # the unresolved ratio took no part
+
+
 def test_host_fingerprint_changes_with_the_openvino_version(monkeypatch):
     from hdp.runtime import host
 
@@ -323,3 +340,33 @@ def test_simulator_counts_the_subgraphs_hetero_makes(tmp_path):
             got.append(sim.terms(gd)[2])
             want.append(r.submodels)
     assert got == want
+
+
+def test_compile_applies_a_stored_calibration(branchy_xml, tmp_path):
+    """hdp compile on a real target inserts the boundary pass when the cache holds a calibration
+    of that target for this host, and not with --no-cache."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+    from hdp.ir.serde import load
+    from hdp.runtime.host import host_fingerprint
+
+    virtual = load_target("virtual")
+    cache = tmp_path / "cache"
+    C.CalibrationStore(cache).put(_calibration(host=host_fingerprint(), error=0.07), virtual)
+    out, timings, ir = tmp_path / "p.xml", tmp_path / "t.json", tmp_path / "m.hdp"
+    r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual", "--method",
+                                  "optimal", "--no-compare", "--quiet", "--timings", str(timings), "--emit-ir", str(ir),
+                                  "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    passes = [row["pass"] for row in json.loads(timings.read_text())]
+    assert passes.index("boundary") == passes.index("profile") + 1
+    m = load(ir)
+    assert m.meta["boundary_error"] == "0.07" and "calibrated boundary model" in m.meta["boundary"]
+    assert m.costs.subgraph_overhead == pytest.approx(1e-4)
+    r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual", "--method",
+                                  "optimal", "--no-compare", "--quiet", "--timings", str(timings), "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert "boundary" not in [row["pass"] for row in json.loads(timings.read_text())]

@@ -95,7 +95,7 @@ def with_calibration(schedule: list, target, cache) -> list:
     for i, p in enumerate(out):
         if p.pass_name() == "profile":
             out.insert(i + 1, BoundaryPass(boundary=cal.boundary, models=cal.models, contrast=cal.contrast,
-                                           error=cal.error,
+                                           error=math.nan if cal.error is None else cal.error,
                                            source=f"hdp calibrate of {cal.created}, "
                                                   f"{len(cal.observations)} measured placements"))
             break

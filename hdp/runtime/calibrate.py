@@ -131,7 +131,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     reference: Features
     hetero_subgraphs: int  # HETERO_NUMBER_OF_SUBMODELS of the compiled placement (0: unknown)
     ratio: float  # measured: placement time / reference time (Hodges-Lehmann)
-    low: float  # its 95 % interval
+    low: float  # its 95 % interval (0, 0: too few rounds for one)
     high: float
     rounds: int
     median: float  # seconds, the placement's median over the rounds
@@ -155,8 +155,8 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     observations: tuple[Observation, ...]
     #: λ for a profile the calibration has not seen (the median over its models)
     contrast: float = 1.0
-    #: 90th percentile of the absolute held-out errors on mixed placements (nan: none held out)
-    error: float = math.nan
+    #: 90th percentile of the absolute held-out errors on mixed placements (None: none held out)
+    error: float | None = None
 
     def scale_for(self, costs: str) -> ModelScale | None:
         return next((m for m in self.models if m.costs == costs), None)
@@ -521,11 +521,12 @@ def measure_design(measurer, problem, sim, placements: Sequence[Design], *, mode
                 say(f"{p.name}: {m.error}")
                 continue
             cmp_ = h.compare(0, j)
+            lo, hi = (cmp_.low, cmp_.high) if math.isfinite(cmp_.high) and cmp_.low > 0 else (0.0, 0.0)
             f = placement_features(problem, sim, p.group_device, common)
             o = Observation(model=model, costs=costs, name=p.name, heldout=p.heldout,
                             mixed=bool(np.unique(p.group_device).size > 1), features=f, reference=ref_f,
-                            hetero_subgraphs=int(m.submodels), ratio=float(cmp_.ratio), low=float(cmp_.low),
-                            high=float(cmp_.high), rounds=int(cmp_.rounds), median=float(m.median),
+                            hetero_subgraphs=int(m.submodels), ratio=float(cmp_.ratio), low=float(lo),
+                            high=float(hi), rounds=int(cmp_.rounds), median=float(m.median),
                             ref_median=float(h.measurements[0].median), load=load,
                             placement=tuple(int(x) for x in p.group_device))
             out.append(o)
@@ -592,12 +593,12 @@ def build(target, observations: Sequence[Observation]) -> Calibration:
     bm, models = fit(observations, nd, uncalibrated(link))
     scales = {m.costs: m for m in models}
     held = [o for o in observations if o.heldout and o.mixed]
-    err = summary(errors(bm, scales, held, nd))["p90_abs"] if held else math.nan
+    err = summary(errors(bm, scales, held, nd))["p90_abs"] if held else None
     contrast = float(np.median([m.contrast for m in models])) if models else 1.0
     return Calibration(version=CALIBRATION_VERSION, target=target.name, devices=target.device_names,
                        host=host_fingerprint(), host_facts=dict(host_facts()),
                        created=_dt.datetime.now().isoformat(timespec="seconds"), link=link, boundary=bm,
-                       models=models, observations=tuple(observations), error=float(err), contrast=contrast)
+                       models=models, observations=tuple(observations), error=err, contrast=contrast)
 
 
 def report(cal: Calibration) -> list[str]:
@@ -626,7 +627,7 @@ def report(cal: Calibration) -> list[str]:
         lines.append(f"  {name}: {a['n']} placements; median |error| {b['median_abs'] * 100:.1f} % -> "
                      f"{a['median_abs'] * 100:.1f} %, worst {b['worst'] * 100:+.1f} % -> {a['worst'] * 100:+.1f} % "
                      f"(fitted placements: median {fa['median_abs'] * 100:.1f} %)")
-    if math.isfinite(cal.error):
+    if cal.error is not None:
         lines.append(f"optimal's margin (90th percentile of the held-out |error|): {cal.error * 100:.1f} %")
     return lines
 
