@@ -5,6 +5,7 @@ Layout under the cache root (``--cache-dir``, default ``$XDG_CACHE_HOME/hdp`` or
     <root>/<kk>/<key>.hdp             pass outputs (encoded Modules)       hdp.passes.cache
     <root>/measure/<kk>/<key>.json    measured latencies                   hdp.runtime.measure
     <root>/support/<kk>/<key>.json    query_model answers per device       hdp.passes.support
+    <root>/calibrate/<kk>/<key>.json  fitted boundary models per host       hdp.runtime.calibrate
     <root>/zoo/...                    generated benchmark models           hdp.zoo (not pruned)
 
 An entry file is ``MAGIC``, then a blake2b checksum of the key and the payload together, then the
@@ -36,7 +37,8 @@ _CHECK = 16
 DEFAULT_MAX_BYTES = 2 << 30
 MAX_BYTES_ENV = "HDP_CACHE_MAX_BYTES"
 #: (namespace, subdirectory of the root, entry suffix); the zoo is listed by ``info`` only.
-NAMESPACES = (("passes", "", ".hdp"), ("measure", "measure", ".json"), ("support", "support", ".json"))
+NAMESPACES = (("passes", "", ".hdp"), ("measure", "measure", ".json"), ("support", "support", ".json"),
+              ("calibrate", "calibrate", ".json"))
 _KEY_RE = re.compile(r"^[0-9a-f]{4,128}$")
 _opened: set = set()
 _opened_lock = threading.Lock()

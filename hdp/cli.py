@@ -9,6 +9,7 @@ import click
 import msgspec
 
 from hdp.cli_cache import cache_group
+from hdp.cli_calibrate import calibrate_cmd
 from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
                              target_from, target_path, timeout_option, user_errors, with_options)
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
@@ -65,6 +66,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.serde import save
     from hdp.passes.instruments import DumpIR, Progress, Timing
+    from hdp.passes.boundary import with_calibration
     from hdp.passes.manager import PassManager
     from hdp.pipeline import compile_schedule, default_method, lower_cached
 
@@ -89,6 +91,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             opts[key] = value
     schedule = compile_schedule(tgt, method, seed, opts, refine=refine)
     schedule = runtime_options(schedule, timeout, cache)
+    schedule = with_calibration(schedule, tgt, cache)  # the host's boundary model, if `hdp calibrate` made one
     module = lower_cached(model, shapes, cache, instruments)
     module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     report: list[str] = []
@@ -297,6 +300,7 @@ main.add_command(cache_group)
 main.add_command(targets_cmd)
 main.add_command(evaluate_cmd)
 main.add_command(profile_cmd)
+main.add_command(calibrate_cmd)
 
 
 def run():  # pragma: no cover

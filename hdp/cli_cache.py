@@ -21,7 +21,7 @@ def _mb(n: int) -> str:
 
 @click.group("cache")
 def cache_group():
-    """Show or prune hdp's caches (pass outputs, measurements, support answers, zoo models)."""
+    """Show or prune hdp's caches (pass outputs, measurements, support answers, calibrations, zoo models)."""
 
 
 _dir_option = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
@@ -40,7 +40,7 @@ def cache_info_cmd(cache_dir, as_json):
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
-    click.echo(f"cache root: {doc['root']}  (cap {_mb(doc['max_bytes'])} over passes, measure, support)")
+    click.echo(f"cache root: {doc['root']}  (cap {_mb(doc['max_bytes'])} over {', '.join(doc['namespaces'])})")
     for ns, row in doc["namespaces"].items():
         click.echo(f"  {ns:<8} {row['entries']:>7} entries  {_mb(row['bytes']):>12}")
     z = doc["zoo"]

@@ -13,6 +13,7 @@ from hdp.passes.base import Pass
 PASSES = {
     "support": "hdp.passes.support:SupportPass",
     "profile": "hdp.passes.profile:ProfilePass",
+    "boundary": "hdp.passes.boundary:BoundaryPass",
     "features": "hdp.passes.features:FeaturesPass",
     "coarsen": "hdp.passes.coarsen:CoarsenPass",
     "partition": "hdp.passes.partition:PartitionPass",

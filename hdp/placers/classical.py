@@ -22,6 +22,16 @@ finite costs are scaled to sum to 2^30 (rounding error ≤ half a unit per term)
 better of "each op on its fastest device" and the best single device if none was), ``mip_gap``
 (ILP relative gap, default 1e-4). ``optimal:ilp`` forces the ILP with two devices. ``info``
 reports the objective, the gap, the solve time and the simulated latency.
+
+**Margin.** The optimum of a cost model is only as good as the model: a mixed placement predicted
+2 % faster than the best single device, by a simulator whose error on mixed placements is 5 %, is a
+coin toss that costs HETERO's overheads when it loses. So a mixed optimum is kept only when its
+predicted gain over the best single device (every group allowed there) is at least ``margin`` (a
+share of the single device's simulated latency); otherwise ``optimal`` returns that single device
+and says so in ``info["kept_single"]``. ``margin=None`` (the default) is :func:`auto_margin`: the
+held-out error of the host's calibration when the costs were calibrated (the ``boundary`` pass,
+:mod:`hdp.runtime.calibrate`), :data:`~hdp.placers.options.UNCALIBRATED_MARGIN` (15 %) for
+measured costs without one, and 0 for modeled costs (the simulator is then the definition).
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ import numpy as np
 
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, Placed
-from hdp.placers.options import Heft, Optimal, Random
+from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
 from hdp.runtime import _kernels as K
 from hdp.runtime.simulate import Simulator
 
@@ -238,6 +248,42 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
     return np.argmax(x, axis=1), info
 
 
+def auto_margin(module) -> float:
+    """``optimal``'s default margin for a module (see the module docstring)."""
+    meta = getattr(module, "meta", None) or {}
+    if "boundary_error" in meta:
+        try:
+            err = float(meta["boundary_error"])
+        except ValueError:
+            err = float("nan")
+        if np.isfinite(err) and 0 <= err < 1:
+            return err
+    costs = getattr(module, "costs", None)
+    if costs is not None and "measured" in costs.kind:
+        return UNCALIBRATED_MARGIN
+    return 0.0
+
+
+def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict) -> np.ndarray:
+    """The best single device instead of ``gdev`` when ``gdev`` mixes devices and is not predicted
+    faster than it by at least ``margin``."""
+    if np.unique(gdev).size < 2:
+        return gdev
+    singles = [(sim.latency(p.single(d)), d) for d in range(p.n_devices) if p.allowed[:, d].all()]
+    if not singles:
+        return gdev
+    lat_single, d = min(singles)
+    lat = sim.latency(gdev)
+    gain = 1.0 - lat / lat_single if lat_single > 0 else 0.0
+    info.update(predicted_gain=gain, margin=margin)
+    if gain < margin:
+        info["kept_single"] = (f"every op on {p.devices[d]}: the optimum ({lat * 1e3:.3f} ms) is predicted "
+                               f"{gain * 100:.1f} % faster than it ({lat_single * 1e3:.3f} ms), less than the "
+                               f"margin of {margin * 100:.1f} %")
+        return p.single(d).astype(np.int64)
+    return gdev
+
+
 def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
     """Exact optimum of the sequential cost model over tie groups: min-cut (2 devices) or ILP."""
     p = ctx.problem
@@ -257,5 +303,9 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
     else:
         gdev, info = _ilp(m, o.time_limit, o.mip_gap)
     info["solve_seconds"] = _time.perf_counter() - t0
-    info.update(objective=m.objective(gdev), boundary_penalty=penalty, groups=m.k, **sim.report(gdev))
+    info["objective"] = m.objective(gdev)
+    margin = auto_margin(ctx.module) if o.margin is None else float(o.margin)
+    if margin > 0:
+        gdev = _keep_single(p, sim, np.asarray(gdev, np.int64), margin, info)
+    info.update(boundary_penalty=penalty, groups=m.k, **sim.report(gdev))
     return Placed(gdev.astype(np.int16), info)

@@ -67,11 +67,20 @@ class Heft(PlacerOptions, tag="heft"):
     summary = "HEFT list scheduling: upward rank, earliest finish time with transfer costs"
 
 
+#: ``optimal``'s default margin on measured costs without a calibration: the uncalibrated simulator's
+#: worst mixed-placement error seen on the zoo on ``virtual`` (-15 % ... +8 %, issue 10).
+UNCALIBRATED_MARGIN = 0.15
+
+
 class Optimal(PlacerOptions, tag="optimal"):
     solver: str = ""  # "" = mincut for 2 devices, ilp for more
     time_limit: float = 60.0  # ILP seconds
     mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
     boundary_penalty: float | None = None  # seconds per copy (default: the subgraph overhead)
+    #: keep the best single device unless the optimum is predicted faster than it by more than this
+    #: share of its latency; None: the simulator's measured error (the calibration's, see
+    #: hdp.placers.classical.auto_margin), 0 on modeled costs
+    margin: float | None = None
     needs = ("costs",)
     arg_field = "solver"
     summary = "exact optimum of the sequential cost model: min-cut (2 devices) or ILP (optimal:ilp, >2)"
@@ -85,6 +94,9 @@ class Optimal(PlacerOptions, tag="optimal"):
             raise InputError(f"optimal: mip_gap must be in [0, 1), got {self.mip_gap}")
         if self.boundary_penalty is not None and not 0 <= self.boundary_penalty < float("inf"):
             raise InputError(f"optimal: boundary_penalty must be a finite number >= 0, got {self.boundary_penalty}")
+        if self.margin is not None and not 0 <= self.margin < 1:
+            raise InputError(f"optimal: margin must be in [0, 1) (a share of the best single device's latency), "
+                             f"got {self.margin}")
 
 
 class Hsdag(PlacerOptions, tag="hsdag"):

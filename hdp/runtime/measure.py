@@ -89,6 +89,7 @@ class Measurement(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     compile_seconds: float = 0.0
     cached: bool = False
+    submodels: int = 0  # HETERO_NUMBER_OF_SUBMODELS of a placement (0: plain compile, or not known)
 
     @property
     def ok(self) -> bool:
@@ -737,6 +738,7 @@ class Measurer:
         k = len(specs)
         errors = [""] * k
         compile_s = [0.0] * k
+        submodels = [0] * k
         handles: dict[int, int] = {}
         pending = list(range(k))
         while pending:
@@ -754,6 +756,7 @@ class Measurer:
                 continue
             handles[i] = reply["handle"]
             compile_s[i] = reply["compile_seconds"]
+            submodels[i] = int(reply.get("submodels", 0))
         ok = sorted(handles)
         times = np.zeros((0, len(ok)))
         seconds, reason = 0.0, "nothing ran"
@@ -796,7 +799,7 @@ class Measurer:
         ms = []
         for i, (_, what, _) in enumerate(specs):
             base = dict(what=what, target=self.target.name, runs=int(times.shape[0]), warmup=warm,
-                        compile_seconds=compile_s[i])
+                        compile_seconds=compile_s[i], submodels=submodels[i])
             if errors[i] or i not in col:
                 ms.append(Measurement(**base, error=errors[i] or f"{what}: not run"))
             else:
@@ -869,7 +872,8 @@ class Measurer:
             return Measurement(**base, error=f"{what}: {e}")
         if not reply["ok"]:
             return Measurement(**base, error=f"{what}: {reply['error']}")
-        return Measurement(**base, times=tuple(reply["times"]), compile_seconds=reply["compile_seconds"])
+        return Measurement(**base, times=tuple(reply["times"]), compile_seconds=reply["compile_seconds"],
+                           submodels=int(reply.get("submodels", 0)))
 
 
 # --------------------------------------------------------------------------- conveniences

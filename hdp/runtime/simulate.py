@@ -12,6 +12,10 @@ another)::
             + Σ_(tensor t, device d) link_latency + bytes_t / link_bandwidth   (copies)
             + subgraph_overhead × number of subgraphs
 
+The link terms come from the cost table: the target's ``[link]`` guess, or — after ``hdp calibrate``
+on a real target — the boundary model fitted to measured placements on this host (the ``boundary``
+pass, :mod:`hdp.runtime.calibrate`), which also corrects each device's profiled op times.
+
 - A tensor is one output port of one placed op. It is copied once to every device, other than
   its producer's, on which some group consumes it (two consumers on the same other device: one
   copy). Constant data is never copied (each consumer has its own).

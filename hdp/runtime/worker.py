@@ -17,7 +17,9 @@ true for a user mistake such as a device absent from this host):
   states set to the specialisation's before every inference). Ops are identified by their position
   in ``get_ordered_ops()``, which the structure check makes the caller's.
 - ``measure``: ``devices``, ``device_of`` (int16 bytes, one per op position), ``runs``, ``warmup``
-  -> ``times`` (seconds per run), ``compile_seconds``. Compiles with HETERO over the devices used.
+  -> ``times`` (seconds per run), ``compile_seconds``, ``submodels`` (HETERO's
+  ``HETERO_NUMBER_OF_SUBMODELS`` of the compiled placement). Compiles with HETERO over the devices
+  used.
 - ``query``: ``device`` -> ``supported`` (per op position): OpenVINO's ``query_model`` of the
   loaded model on that device. It runs here, not in the caller, because a plugin answering it may
   allocate whatever the model's shapes ask for (``std::bad_alloc``) or crash.
@@ -42,7 +44,8 @@ Interleaved comparisons (:meth:`hdp.runtime.measure.Measurer.head_to_head`) hold
 candidates at once:
 
 - ``prepare``: ``plain`` (a device) or ``devices`` + ``device_of`` (a placement, as for
-  ``measure``), and ``warmup`` -> ``handle``, ``compile_seconds``: compiles, creates an infer
+  ``measure``), and ``warmup`` -> ``handle``, ``compile_seconds``, ``submodels`` (0 for a plain
+  compile): compiles, creates an infer
   request with the inputs set, runs the warm-up and keeps both until released.
 - ``rounds``: ``handles``, ``orders`` (one list per round of positions into ``handles``) -> ``times``
   (per round, one time per handle in ``handles`` order): runs the candidates in each round's order.
@@ -306,9 +309,10 @@ class Worker:
     def measure(self, req: dict) -> dict:
         compiled, compile_s = self._compile_placed(req)
         times = self._time(compiled, int(req["runs"]), int(req["warmup"]))
-        return {"ok": True, "times": times, "compile_seconds": compile_s}
+        return {"ok": True, "times": times, "compile_seconds": compile_s, "submodels": _submodels(compiled)}
 
     def prepare(self, req: dict) -> dict:
+        submodels = 0
         if req.get("plain"):
             core = self.core((req["plain"],))
             t0 = time.perf_counter()
@@ -316,6 +320,7 @@ class Worker:
             compile_s = time.perf_counter() - t0
         else:
             compiled, compile_s = self._compile_placed(req)
+            submodels = _submodels(compiled)
         ireq = compiled.create_infer_request()
         start = self._ready(ireq)
         for _ in range(int(req.get("warmup", 0))):
@@ -324,7 +329,7 @@ class Worker:
         handle = self._next_handle
         self._next_handle += 1
         self.prepared[handle] = (compiled, ireq, start)
-        return {"ok": True, "handle": handle, "compile_seconds": compile_s}
+        return {"ok": True, "handle": handle, "compile_seconds": compile_s, "submodels": submodels}
 
     def rounds(self, req: dict) -> dict:
         from hdp.errors import InputError
@@ -527,6 +532,14 @@ class Worker:
         t_end = time.perf_counter()
         return {"ok": True, "devices": out,
                 "seconds": {"prepare": t_prepared - t_start, "timed": t_timed - t_prepared, "nodes": t_end - t_timed}}
+
+
+def _submodels(compiled) -> int:
+    """HETERO's own count of the subgraphs it compiled (0 when the property is unavailable)."""
+    try:
+        return int(compiled.get_property("HETERO_NUMBER_OF_SUBMODELS"))
+    except (RuntimeError, TypeError, ValueError):
+        return 0
 
 
 def _recorded_spec(model) -> str:

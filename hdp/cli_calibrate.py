@@ -1,0 +1,114 @@
+"""``hdp calibrate``: fit the boundary model of a real target on this host (see
+:mod:`hdp.runtime.calibrate`). Registered on the main group in :mod:`hdp.cli`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
+                             target_from, target_path, timeout_option, user_errors, with_options)
+
+
+def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
+    """The lowered model with ``support``, ``profile`` and ``coarsen`` (what calibrating needs)."""
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import lower_cached, make_pass
+
+    module = lower_cached(xml, shapes, cache, list(instruments))
+    passes = [make_pass("support", {"target": tgt}), make_pass("profile", {"target": tgt}),
+              make_pass("coarsen", {})]
+    passes = runtime_options(passes, timeout, cache)
+    return PassManager(passes, cache=cache, instruments=list(instruments)).run(module)
+
+
+@click.command("calibrate")
+@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--target", default="virtual", show_default=True, help="A target with real devices (name or TOML).")
+@click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
+@with_options(shape_options)
+@click.option("--heldout", default=10, show_default=True, type=click.IntRange(0),
+              help="Placements per model measured but never fitted (heft and random ones); their errors are reported.")
+@click.option("--random", "fit_random", default=4, show_default=True, type=click.IntRange(0),
+              help="Random placements per coarse group in the fitted design (besides single devices, blocks, "
+                   "fine-grained random and optimal).")
+@click.option("--resolution", default=4.0, show_default=True, type=click.FloatRange(0, 100, min_open=True),
+              help="Run interleaved rounds until every ratio to the reference is known to ± half this many "
+                   "percent (95 % interval) ...")
+@click.option("--max-seconds", default=240.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="... or for at most this long per comparison (a reference and --batch placements).")
+@click.option("--batch", default=3, show_default=True, type=click.IntRange(1, 8),
+              help="Placements measured in one interleaved comparison with the reference.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--fresh", is_flag=True, help="Forget the stored observations of other models (refit on these only).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the calibration (parameters and every observation) as JSON.")
+@timeout_option
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache root; the calibration is stored under <cache-dir>/calibrate (default: ~/.cache/hdp).")
+@click.option("--no-cache", is_flag=True, help="Store nothing and use no stored observation (print only).")
+@user_errors
+@cache_scoped
+def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout, fit_random, resolution, max_seconds,
+                  batch, seed, fresh, json_out, timeout, cache_dir, no_cache):
+    """Measure placements of MODELS on a real target and fit what a cut between devices costs on
+    this host (per HETERO subgraph, per copied tensor, per byte), with corrections of each model's
+    profile. The result is stored per host, OpenVINO version and target in the hdp cache, and
+    `hdp compile` uses it from then on (the `boundary` pass after `profile`).
+
+    Every placement is measured interleaved with a reference (every op on the first device), so
+    the load of other processes cancels; expect 5-15 minutes per model on a busy 2-core machine."""
+    import msgspec
+
+    from hdp.errors import InputError
+    from hdp.runtime import calibrate as C
+
+    check_paths(inputs={**{f"MODEL {i + 1}": m for i, m in enumerate(models)}, "--target": target_path(target)},
+                outputs={"--json": json_out}, out_dirs={"--cache-dir": None if no_cache else cache_dir})
+    tgt = target_from(target, devices)
+    if not any(d.kind == "real" for d in tgt.devices) or any(d.kind != "real" for d in tgt.devices):
+        raise InputError(f"target '{tgt.name}': calibrating needs every device real (modeled devices cannot be "
+                         f"measured)")
+    if len(tgt.devices) < 2:
+        raise InputError(f"target '{tgt.name}' has one device: there is no boundary to calibrate")
+    shapes = shape_request(input_shape, seq_len, phase)
+    cache = pass_cache(cache_dir, no_cache)
+    plan = C.precision_plan(resolution=resolution / 100, max_seconds=max_seconds)
+    store = None if cache is None else C.CalibrationStore(cache.dir)
+    old = store.get(tgt) if store is not None and not fresh else None
+    observations: list = []
+    kw = {"timeout": timeout} if timeout else {}
+    for xml in models:
+        module = prepare(xml, tgt, shapes, cache, timeout)
+        name = Path(xml).stem
+        obs = C.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout, fit_random=fit_random,
+                                 plan=plan, batch=batch, say=lambda s: click.echo(f"  {s}"), **kw)
+        if not obs:
+            raise InputError(f"{xml}: no placement could be measured")
+        observations += obs
+    new_tables = {o.costs for o in observations}
+    if old is not None:
+        kept = [o for o in old.observations if o.costs not in new_tables]
+        if kept:
+            click.echo(f"refitting with {len(kept)} stored observations of "
+                       f"{len({o.costs for o in kept})} other profiles (--fresh to drop them)")
+        observations = kept + observations
+    cal = C.build(tgt, observations)
+    for line in C.report(cal):
+        click.echo(line)
+    agree = [o for o in cal.observations if o.hetero_subgraphs > 0]
+    if agree:
+        same = sum(o.features.subgraphs == o.hetero_subgraphs for o in agree)
+        worst = max(abs(o.features.subgraphs - o.hetero_subgraphs) / o.hetero_subgraphs for o in agree)
+        click.echo(f"subgraph count: the simulator's equals HETERO_NUMBER_OF_SUBMODELS on {same} of {len(agree)} "
+                   f"placements (largest difference {worst * 100:.1f} %)")
+    if store is not None:
+        where = store.put(cal, tgt)
+        click.echo(f"stored -> {where}")
+    else:
+        click.echo("not stored (--no-cache)")
+    if json_out:
+        from hdp.fsutil import atomic_write
+
+        atomic_write(json_out, msgspec.json.format(msgspec.json.encode(cal), indent=1))
