@@ -708,7 +708,7 @@ class Measurer:
         return {"devices": devices, "device_of": dev.tobytes()}, "HETERO:" + ",".join(used), graph
 
     def head_to_head(self, candidates: Sequence[Candidate], plan: stats.SequentialPlan | None = None, *,
-                     warmup: int | None = None) -> HeadToHead:
+                     warmup: int | None = None, deadline: float | None = None) -> HeadToHead:
         """Compile every candidate in the same worker, run each ``warmup`` times (default: this
         Measurer's), then run them interleaved, one run of each per round in a rotating order
         (:func:`hdp.runtime.stats.round_order`), until ``plan`` (default
@@ -718,6 +718,10 @@ class Measurer:
         go on; a mistake in a candidate (unknown device, wrong op count) raises InputError.
         Memory: every candidate stays compiled until the end (a 500-op model compiled 3-4 times
         is fine; dozens of large models at once are not: see :meth:`best_of`).
+
+        ``deadline`` (``time.monotonic()``): candidates not yet compiled when it passes are not run
+        (``error`` says so), and the rounds stop by then (the plan's ``max_seconds`` is cut to
+        what is left; the plan's first ``min_rounds`` always run, and a request in flight finishes).
         """
         plan = plan or stats.SequentialPlan()
         warm = self.warmup if warmup is None else int(warmup)
@@ -733,6 +737,9 @@ class Measurer:
         while pending:
             i = pending.pop(0)
             fields, what, _ = specs[i]
+            if deadline is not None and time.monotonic() >= deadline:
+                errors[i] = f"{what}: not run (the time budget ran out)"
+                continue
             try:
                 reply = self._call({"op": "prepare", **fields, "warmup": warm})
             except _WorkerFailure as e:
@@ -771,6 +778,8 @@ class Measurer:
 
         if ok:
             t0 = time.monotonic()
+            if deadline is not None:
+                plan = msgspec.structs.replace(plan, max_seconds=max(1e-3, min(plan.max_seconds, deadline - t0)))
             try:
                 times, reason = stats.run_sequential(plan, len(ok), run_rounds)
             except _RoundsFailed as e:
@@ -801,7 +810,8 @@ class Measurer:
         return self.head_to_head([a, b], plan).compare(0, 1)
 
     def best_of(self, candidates: Sequence[Candidate], *, preference: Sequence[int] = (), top: int = 3,
-                plan: stats.SequentialPlan | None = None, estimates: Sequence[float] | None = None) -> BestOf:
+                plan: stats.SequentialPlan | None = None, estimates: Sequence[float] | None = None,
+                deadline: float | None = None) -> BestOf:
         """The best of ``candidates``, never the minimum of noisy samples.
 
         With more than ``top + 1`` candidates, each is first screened (``estimates``, e.g.
@@ -810,7 +820,7 @@ class Measurer:
         head-to-head (:meth:`head_to_head`), and :func:`hdp.runtime.stats.select_best` keeps the
         fastest only if it beats the others beyond noise, otherwise the first of ``preference``
         (indices into ``candidates``, most preferred first, e.g. the best single device) among
-        those equal within noise."""
+        those equal within noise. ``deadline``: see :meth:`head_to_head`."""
         k = len(candidates)
         if k == 0:
             raise InputError("best_of: no candidates")
@@ -827,7 +837,7 @@ class Measurer:
             finalists = stats.shortlist(estimates, top, list(preference))
             if not finalists:
                 raise MeasureError("best_of: no candidate could be measured")
-        head = self.head_to_head([candidates[i] for i in finalists], plan)
+        head = self.head_to_head([candidates[i] for i in finalists], plan, deadline=deadline)
         sel = head.select([finalists.index(p) for p in preference if p in finalists])
         return BestOf(winner=finalists[sel.winner], finalists=tuple(finalists),
                       estimates=None if estimates is None else tuple(float(e) for e in estimates),
