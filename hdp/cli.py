@@ -129,8 +129,11 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             checker.close()
     if emit_ir:
         save(module, emit_ir)
-    if timings:
-        timing.write(timings)
+    if timings:  # the placer's own stages as rows of the partition pass, marked with "stage"
+        rows = Timing()
+        rows.rows = timing.rows + [{"pass": "partition", "stage": n, "key": "", "seconds": s, "cache_hit": False}
+                                   for n, s in stage_rows]
+        rows.write(timings)
     if not quiet:
         pl = module.placement
         counts = Counter(pl.devices[int(d)] for d in pl.device_of.numpy())
@@ -174,8 +177,8 @@ def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: l
         lines.append(f"(the placement above failed its check; written instead: every op on {info['fallback'][7:]})")
     if "simulated" in info:
         lines.append(_simulated_line(module, tgt))
-    rows = {r["pass"]: r for r in timing_rows}  # the last row of each pass
-    first_part = next((r for r in timing_rows if r["pass"] == "partition"), None)
+    rows = {r["pass"]: r for r in timing_rows if "stage" not in r}  # the last row of each pass
+    first_part = next((r for r in timing_rows if r["pass"] == "partition" and "stage" not in r), None)
     load = ""
     if hasattr(os, "getloadavg"):
         load = f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"

@@ -70,6 +70,9 @@ class FakeMeasurer(Measurer):
         return HeadToHead(names=tuple(c.name for c in candidates), measurements=ms, graphs=tuple(graphs),
                           rounds=self.rounds, seconds=0.0, reason="fake", plan=plan)
 
+    def loaded(self) -> dict:
+        return {}
+
     def close(self) -> None:
         pass
 

@@ -22,9 +22,10 @@ Budgets: ``episodes × samples`` training placements, ``max_placements`` evaluat
 placements are evaluated once), ``max_seconds`` of wall clock for this call and an absolute
 ``deadline`` (``time.monotonic()``). Time is checked before every evaluation, every sampled
 placement, every imitation step and every policy update, not only between episodes; an evaluation
-starts only if the recent evaluations say it will end before the deadline with time left for
-``reserve_evals`` more (what the caller needs afterwards, e.g. a final head-to-head); one already
-running finishes. ``patience`` stops training when that many placements in a row brought no gain
+starts only if the recent evaluations (or, before any, ``eval_estimate``) say it will end before
+the deadline with time left for the caller to compare up to ``reserve_evals`` of the placements
+evaluated (a final head-to-head; none while fewer than two were evaluated); one already running
+finishes. ``patience`` stops training when that many placements in a row brought no gain
 of more than ``min_gain`` (relative) over the best so far — with a noisy evaluator, set
 ``min_gain`` to the noise. Randomness comes from ``seed`` only (weights initialised under it,
 sampling from a private generator), so a run is reproducible and a resumed run continues the same
@@ -93,7 +94,8 @@ class TrainConfig:
     max_placements: int = 0  # 0: no cap on evaluator calls
     max_seconds: float = 0.0  # 0: no wall-clock cap
     deadline: float | None = None  # time.monotonic() by which training ends (None: none)
-    reserve_evals: float = 0.0  # leave time for this many evaluations before the deadline
+    reserve_evals: float = 0.0  # the caller compares up to this many evaluated placements afterwards
+    eval_estimate: float = 0.0  # seconds one evaluation is expected to take before any has run
     patience: int = 0  # stop after this many placements in a row without a gain (0: never)
     min_gain: float = 0.0  # relative improvement of the best that counts as a gain
     top: int = 5  # distinct best placements listed in the result
@@ -121,8 +123,8 @@ class TrainConfig:
             raise InputError("samples must be at least 2 (the baseline needs a batch)")
         if not self.lr > 0:
             raise InputError(f"lr must be > 0, not {self.lr}")
-        if self.max_seconds < 0 or self.entropy < 0 or self.reserve_evals < 0 or self.patience < 0:
-            raise InputError("max_seconds, entropy, reserve_evals and patience must be >= 0")
+        if min(self.max_seconds, self.entropy, self.reserve_evals, self.patience, self.eval_estimate) < 0:
+            raise InputError("max_seconds, entropy, reserve_evals, eval_estimate and patience must be >= 0")
         if not 0 <= self.min_gain < 1:
             raise InputError(f"min_gain must be in [0, 1), not {self.min_gain}")
 
@@ -228,15 +230,20 @@ class _Run:
         return lat
 
     def eval_estimate(self) -> float:
-        """Seconds the next evaluation is expected to take (median of the last five; 0 before any)."""
-        return float(np.median(self.eval_seconds[-5:])) if self.eval_seconds else 0.0
+        """Seconds the next evaluation is expected to take (median of the last five; before any,
+        the configured ``eval_estimate``)."""
+        return float(np.median(self.eval_seconds[-5:])) if self.eval_seconds else self.cfg.eval_estimate
 
     def check_time(self, evaluating: bool = False) -> None:
         """Stop when the deadline has come, counting the time reserved for the caller (and, before
         an evaluation, the time that evaluation is expected to take)."""
         if self.stop_at == math.inf:
             return
-        need = self.eval_estimate() * (self.cfg.reserve_evals + (1 if evaluating else 0))
+        # the caller's comparison holds at most reserve_evals of the placements evaluated by then,
+        # and needs two of them to be a comparison at all
+        n = len(self.eval_seconds) + (1 if evaluating else 0)
+        reserve = min(self.cfg.reserve_evals, n) if n >= 2 else 0.0
+        need = self.eval_estimate() * (reserve + (1 if evaluating else 0))
         if _now() + need >= self.stop_at:
             raise _Stop("seconds")
 

@@ -61,9 +61,11 @@ from hdp.placers.options import Auto, Heft, HeteroAuto, Optimal
 
 #: Mixed candidates simulated slower than this × the best single device are not measured.
 MIXED_CUT = 1.2
-#: Seconds to compile one candidate with HETERO, per op, when predicting a comparison's cost
-#: before anything was measured (ResNet-50, 288 ops, compiled in 0.7-1.6 s on the loaded 2-core VM).
-COMPILE_PER_OP = 0.006
+#: Seconds to compile one candidate with HETERO, per op and per HETERO subgraph, when predicting
+#: a comparison's cost before anything was measured (ResNet-50, 288 ops, on the 2-core VM at load
+#: average ~6: one subgraph 0.85-1.1 s, 144 subgraphs 9.4 s).
+COMPILE_PER_OP = 0.004
+COMPILE_PER_SUBGRAPH = 0.06
 #: Runs time as the simulator says, times this, when predicting before measuring.
 RUN_SLACK = 1.3
 #: Warm-up runs of every measured placement.
@@ -84,6 +86,10 @@ class Cand:
     sim: float  # simulated seconds
     single: bool
     also: tuple[str, ...] = ()  # other candidates that gave the same placement
+    subgraphs: int = 1  # HETERO subgraphs (simulated)
+
+    def compile_estimate(self, n_ops: int) -> float:
+        return COMPILE_PER_OP * n_ops + COMPILE_PER_SUBGRAPH * self.subgraphs
 
     @property
     def label(self) -> str:
@@ -119,7 +125,8 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
         if key in seen:
             seen[key].also += (name,)
             continue
-        seen[key] = Cand(name, np.asarray(gd, np.int16), sim.latency(gd), single)
+        comp, copy, nsub = sim.terms(gd)
+        seen[key] = Cand(name, np.asarray(gd, np.int16), comp + copy + sim.overhead * nsub, single, (), max(nsub, 1))
     return sorted(seen.values(), key=lambda c: (not c.single, c.sim))
 
 
@@ -148,8 +155,6 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
     if not real:
         return _modeled(o, ctx, cands, lines, info, deadline)
     measurer = _measurer(o, ctx)
-    if o.learns(ctx.target):
-        _import_learning()
     try:
         win, stats_ = _head_to_head(o, ctx, measurer, cands, lines, deadline)
         info["stages"] = "candidates,head-to-head" if stats_ else "candidates"
@@ -216,6 +221,24 @@ def _modeled(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, dead
     return Placed(np.asarray(gd, np.int16), info)
 
 
+def run_scale(ctx: PlaceContext, cands: list[Cand]) -> float:
+    """How much slower the model ran whole in the profile than its per-op times add up to (>= 1):
+    per-op profiles miss work between ops, so the simulator's figures are scaled by this when
+    predicting how long measuring takes."""
+    costs = getattr(ctx.module, "costs", None)
+    if costs is None or not costs.measured_total:
+        return 1.0
+    ratios = [1.0]
+    for c in cands:
+        if c.single and c.sim > 0:
+            dev = c.name.partition(":")[2]
+            if dev in costs.devices:
+                total = costs.measured_total[costs.devices.index(dev)]
+                if math.isfinite(total) and total > 0:
+                    ratios.append(total / c.sim)
+    return max(ratios)
+
+
 def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], deadline):
     """Stage 2: (the winner, its measured statistics or None when nothing was measured)."""
     from hdp.placers import measured
@@ -229,13 +252,28 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
         lines.append(f"kept {win.name}: the only candidate worth measuring (mixed candidates simulated more "
                      f"than {MIXED_CUT:g}× the best single device are not measured)")
         return win, None
+    from hdp.runtime.measure import MeasureError
+
     plan = measured.plan(o.resolution)
     n_ops = ctx.problem.n_ops
-    left = _left(deadline)
     learn = o.learns(ctx.target)
+    t0 = time.monotonic()
+    try:
+        measurer.loaded()  # start the worker and read the model first: the predictions below exclude it
+    except MeasureError as e:
+        win = _simulated_best(cands)
+        lines.append(f"not measured: {e}; kept {win.name} by simulation ({ms(win.sim)})")
+        return win, None
+    note_time("auto: measuring worker start", time.monotonic() - t0)
+    left = _left(deadline)
+    scale = run_scale(ctx, cands) * RUN_SLACK
+    floor = min((c.sim for c in cands if c.single), default=0.0)  # mixed placements rarely run faster than simulated
+
+    def run_s(c: Cand) -> float:
+        return max(c.sim, floor) * scale
 
     def predicted(cs):
-        return measured.h2h_seconds([COMPILE_PER_OP * n_ops] * len(cs), [c.sim * RUN_SLACK for c in cs],
+        return measured.h2h_seconds([c.compile_estimate(n_ops) for c in cs], [run_s(c) for c in cs],
                                     plan, measurer.warmup)
 
     while len(final) > 1 and predicted(final) > left:
@@ -245,14 +283,21 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
         lines.append(f"not measured: {left:.1f} s left of the budget, a head-to-head needs about "
                      f"{predicted(singles + mixed):.1f} s; kept {win.name} by simulation ({ms(win.sim)})")
         return win, None
+    h2h_deadline = deadline
     if deadline is not None:  # leave the learning stage as much time as the comparison may take
         share = 0.5 if learn else 1.0
-        cap = max(predicted(final), share * left) - COMPILE_PER_OP * n_ops * len(final)
-        plan = measured.plan(o.resolution, max_seconds=min(plan.max_seconds, max(cap, 1e-3)))
+        h2h_deadline = min(deadline, time.monotonic() + max(predicted(final), share * left))
     names = [c.name for c in final]
+    if learn:  # import torch while the comparison waits on its worker, if learning may get its turn
+        compile_s = final[0].compile_estimate(n_ops)
+        per_eval = compile_s + (measurer.warmup + measurer.runs) * run_s(final[0])
+        after = measured.h2h_seconds([compile_s] * 2, [run_s(final[0])] * 2, plan, measurer.warmup)
+        after_h2h = math.inf if h2h_deadline is None else deadline - h2h_deadline
+        if after_h2h >= after + MIN_LEARN_EVALS * per_eval:
+            _import_learning()
     t0 = time.monotonic()
     ch = measured.choose(measurer, ctx.problem, [(c.name, c.gd) for c in final], list(range(len(final))),
-                         p=plan, deadline=deadline)
+                         p=plan, deadline=h2h_deadline)
     note_time("auto: head-to-head", time.monotonic() - t0)
     win = final[ch.winner]
     if ch.best is None or ch.winner not in ch.medians:
@@ -285,6 +330,8 @@ def _train(o: Auto, ctx, win: Cand, evaluate, deadline, *, min_gain: float, rese
     from hdp.learn.graph import build_learn_graph
     from hdp.learn.trainer import TrainConfig, train
 
+    note_time("auto: waiting for the torch import", time.monotonic() - t0)
+    t0 = time.monotonic()
     p = ctx.problem
     if evaluate is None:
         from hdp.runtime.simulate import Simulator

@@ -73,6 +73,22 @@ def _make_measurer(o: Hsdag, ctx: PlaceContext):
     return Measurer(ctx.module, ctx.target, runs=o.measure_runs, timeout=ctx.timeout)
 
 
+def first_estimate(ctx: PlaceContext, measurer) -> float:
+    """Seconds the first measured placement is expected to take, before any was measured: a
+    HETERO compile (``COMPILE_PER_OP`` per op) and warm-up + timed runs at the best single
+    device's simulated latency, scaled as :func:`hdp.placers.auto.run_scale` says."""
+    from hdp.placers.auto import COMPILE_PER_OP, RUN_SLACK, Cand, run_scale
+    from hdp.runtime.simulate import Simulator
+
+    p = ctx.problem
+    sim = Simulator(p)
+    singles = [Cand(f"single:{d}", p.single(j), sim.latency(p.single(j)), True)
+               for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
+    run = min((c.sim for c in singles), default=p.lower_bound()) * run_scale(ctx, singles) * RUN_SLACK
+    return (singles[0].compile_estimate(p.n_ops) if singles else COMPILE_PER_OP * p.n_ops) + \
+        (measurer.warmup + measurer.runs) * run
+
+
 def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
     """(``group_device -> seconds``, the Measurer behind it or None for the simulator)."""
     if reward == "simulate":
@@ -155,7 +171,7 @@ def final_choice(measurer, ev: MeasuredEvaluator, problem, r, candidates, warm, 
     # preferred among those equal within noise: the best single device, then the warm start
     order = [i for i, x in enumerate(final) if x[0].startswith(("single:", "warm:"))]
     ch = measured.choose(measurer, problem, [(x[0], x[1]) for x in final], order or [0], p=p, deadline=deadline)
-    note_time("hsdag final head-to-head", ch.seconds)
+    note_time("hsdag: final head-to-head", ch.seconds)
     src, gd, _ = final[ch.winner]
     return gd, src, ch.medians.get(ch.winner), ch.lines
 
@@ -168,13 +184,16 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         return Placed(p.single(0), {"message": f"target has one device ({p.devices[0]}): every op on it, no training"})
     if p.n_groups == 0:
         return Placed(np.zeros(0, np.int16), {"message": "empty graph"})
+    t0 = time.monotonic()
     try:
         from hdp.learn.graph import build_learn_graph
         from hdp.learn.trainer import TrainConfig, train
     except ImportError as e:
         raise InputError(f"method 'hsdag' needs torch and torch_geometric: {e}") from None
+    note_time("hsdag: import torch, torch_geometric", time.monotonic() - t0)
 
     deadline = ctx.started + o.budget if o.budget else None
+    t0 = time.monotonic()
     lg = build_learn_graph(ctx.module, p, cost_aware=o.cost_aware)
     candidates = [(f"single:{d}", p.single(j)) for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
     warm = None
@@ -185,16 +204,31 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         warm = (o.warm_start, place(warm_opts, ctx).group_device)
     evaluate, measurer = _make_evaluator(o, ctx, reward)
     ev = evaluate if measurer is not None else None
+    if measurer is not None:
+        measurer.loaded()  # start the worker and read the model now, so that evaluations are predictable
     n_final = (1 + (warm is not None) + FINAL_LEARNED) if measurer is not None else 0
+    note_time("hsdag: graph and warm start", time.monotonic() - t0)
     cfg = TrainConfig(
         episodes=o.episodes, samples=o.samples, lr=o.lr, hidden=o.hidden, algo=o.algo,
         reward=o.reward_shape, baseline=o.baseline, entropy=o.entropy,
         max_placements=o.placements, deadline=deadline, reserve_evals=n_final, seed=ctx.seed,
+        eval_estimate=first_estimate(ctx, measurer) if measurer is not None else 0.0,
         top=len(candidates) + 2 + FINAL_LEARNED,
         report_dir=o.report or None, checkpoint=o.checkpoint or None, policy=o.policy or None)
     try:
         r = train(lg, evaluate, cfg, warm_start=warm, candidates=candidates)
-        note_time("hsdag training", r.seconds)
+        note_time("hsdag: training", r.seconds)
+        if r.best_device_of is None and r.evaluations == 0 and r.stopped == "seconds":
+            name, gd = warm if warm is not None else candidates[0] if candidates else ("hetero-auto", None)
+            if gd is None:
+                from hdp.placers.options import HeteroAuto
+
+                gd = place(HeteroAuto(), ctx).group_device
+            return Placed(np.asarray(gd, np.int16), {
+                "best_source": name, "best_latency_s": "", "reward": reward, "placements_evaluated": 0,
+                "stopped": "seconds", "warm_start": o.warm_start,
+                "message": f"hsdag: the budget ({o.budget:g} s) ran out before the first placement could be "
+                           f"evaluated; kept {name}, unmeasured (raise --budget)"})
         if r.best_device_of is None:
             raise InputError(f"hsdag: every placement failed to evaluate ({r.evaluations} tried, reward "
                              f"'{reward}'); check the target and the model")

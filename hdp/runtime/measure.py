@@ -481,6 +481,10 @@ class _RoundsFailed(Exception):
     pass
 
 
+class _OutOfTime(Exception):
+    """A head-to-head's deadline passed between requests."""
+
+
 # --------------------------------------------------------------------------- the measurer
 
 
@@ -721,7 +725,9 @@ class Measurer:
 
         ``deadline`` (``time.monotonic()``): candidates not yet compiled when it passes are not run
         (``error`` says so), and the rounds stop by then (the plan's ``max_seconds`` is cut to
-        what is left; the plan's first ``min_rounds`` always run, and a request in flight finishes).
+        what is left, requests are sized to end by it, and one in flight finishes); stopped before
+        the plan's first look, the comparison keeps the rounds that ran, too few perhaps for an
+        interval ("not resolved": candidates count as equal within noise).
         """
         plan = plan or stats.SequentialPlan()
         warm = self.warmup if warmup is None else int(warmup)
@@ -757,11 +763,20 @@ class Measurer:
         seconds, reason = 0.0, "nothing ran"
 
         per_round = [0.0]  # seconds, from the last request: sizes requests to a quarter of the timeout
+        done: list = []  # every round run so far (what a deadline leaves)
 
         def run_rounds(orders):
             out, i = [], 0
             while i < len(orders):
-                size = max(1, int(self.timeout / 4 / per_round[0])) if per_round[0] > 0 else 1
+                span = self.timeout / 4
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise _OutOfTime()
+                    # at most half of what is left per request: a request in flight finishes, and
+                    # rounds can run slower than the last ones did
+                    span = min(span, left / 2)
+                size = max(1, int(span / per_round[0])) if per_round[0] > 0 else 1
                 chunk = orders[i:i + size]
                 t0 = time.monotonic()
                 try:
@@ -773,6 +788,7 @@ class Measurer:
                     raise _RoundsFailed(reply["error"])
                 per_round[0] = (time.monotonic() - t0) / len(chunk)
                 out.extend(reply["times"])
+                done.extend(reply["times"])
                 i += len(chunk)
             return np.asarray(out, np.float64)
 
@@ -782,6 +798,9 @@ class Measurer:
                 plan = msgspec.structs.replace(plan, max_seconds=max(1e-3, min(plan.max_seconds, deadline - t0)))
             try:
                 times, reason = stats.run_sequential(plan, len(ok), run_rounds)
+            except _OutOfTime:  # before the plan's first look: keep what ran (an interval may not be possible)
+                times = np.asarray(done[plan.discard:], np.float64).reshape(-1, len(ok))
+                reason = f"time budget ({times.shape[0]} rounds)"
             except _RoundsFailed as e:
                 for i in ok:
                     errors[i] = f"{specs[i][1]}: interleaved runs failed: {e}"
