@@ -221,8 +221,8 @@ def write(out: Path, results: list[dict], today: str, host: str, ov_version: str
         lines.append(f"- {r['model']}: {r['verdicts']['header']}")
     hs = [r for r in results if "hsdag" in r]
     if hs:
-        lines += ["", f"`hdp compile MODEL --target virtual --method hsdag --budget B --no-compare`: seconds in "
-                      f"the partition pass (`--timings`), and where they went:", ""]
+        lines += ["", "`hdp compile MODEL --target virtual --method hsdag --budget B --no-compare`: seconds in "
+                      "the partition pass (`--timings`), and where they went:", ""]
         for r in hs:
             h = r["hsdag"]
             st = ", ".join(f"{n} {s:.1f}" for n, s in h["stages"])

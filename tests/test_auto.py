@@ -16,7 +16,7 @@ import hdp.placers.auto as auto_mod
 import hdp.placers.hsdag as hs
 from hdp.ir import serde
 from hdp.placement.problem import build_problem
-from hdp.placers import PlaceContext, Placed, place, stage_times
+from hdp.placers import PlaceContext, place, stage_times
 from hdp.placers.options import Auto, Optimal, method_from
 from hdp.runtime import stats
 from hdp.runtime.measure import HeadToHead, Measurement, Measurer

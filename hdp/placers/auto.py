@@ -56,18 +56,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp.placers import PlaceContext, Placed, note_time, place
-from hdp.placers.measured import ms
+from hdp.placers.measured import RUN_SLACK, MeasuredEvaluator, compile_estimate, ms
 from hdp.placers.options import Auto, Heft, HeteroAuto, Optimal
 
 #: Mixed candidates simulated slower than this × the best single device are not measured.
 MIXED_CUT = 1.2
-#: Seconds to compile one candidate with HETERO, per op and per HETERO subgraph, when predicting
-#: a comparison's cost before anything was measured (ResNet-50, 288 ops, on the 2-core VM at load
-#: average ~6: one subgraph 0.85-1.1 s, 144 subgraphs 9.4 s).
-COMPILE_PER_OP = 0.004
-COMPILE_PER_SUBGRAPH = 0.06
-#: Runs time as the simulator says, times this, when predicting before measuring.
-RUN_SLACK = 1.3
 #: Warm-up runs of every measured placement.
 WARMUP = 2
 #: Measured refinement runs only if the budget leaves time for this many placements (the warm
@@ -89,7 +82,7 @@ class Cand:
     subgraphs: int = 1  # HETERO subgraphs (simulated)
 
     def compile_estimate(self, n_ops: int) -> float:
-        return COMPILE_PER_OP * n_ops + COMPILE_PER_SUBGRAPH * self.subgraphs
+        return compile_estimate(n_ops, self.subgraphs)
 
     @property
     def label(self) -> str:
@@ -221,24 +214,6 @@ def _modeled(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, dead
     return Placed(np.asarray(gd, np.int16), info)
 
 
-def run_scale(ctx: PlaceContext, cands: list[Cand]) -> float:
-    """How much slower the model ran whole in the profile than its per-op times add up to (>= 1):
-    per-op profiles miss work between ops, so the simulator's figures are scaled by this when
-    predicting how long measuring takes."""
-    costs = getattr(ctx.module, "costs", None)
-    if costs is None or not costs.measured_total:
-        return 1.0
-    ratios = [1.0]
-    for c in cands:
-        if c.single and c.sim > 0:
-            dev = c.name.partition(":")[2]
-            if dev in costs.devices:
-                total = costs.measured_total[costs.devices.index(dev)]
-                if math.isfinite(total) and total > 0:
-                    ratios.append(total / c.sim)
-    return max(ratios)
-
-
 def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], deadline):
     """Stage 2: (the winner, its measured statistics or None when nothing was measured)."""
     from hdp.placers import measured
@@ -266,7 +241,9 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
         return win, None
     note_time("auto: measuring worker start", time.monotonic() - t0)
     left = _left(deadline)
-    scale = run_scale(ctx, cands) * RUN_SLACK
+    from hdp.placers.measured import run_scale
+
+    scale = run_scale(ctx.module, [(c.name.partition(":")[2], c.sim) for c in cands if c.single]) * RUN_SLACK
     floor = min((c.sim for c in cands if c.single), default=0.0)  # mixed placements rarely run faster than simulated
 
     def run_s(c: Cand) -> float:
@@ -352,7 +329,6 @@ def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: 
     """Stage 3 on a real target: (device per group, source, median) of a learned placement that
     beat the winner head to head, or None."""
     from hdp.placers import measured
-    from hdp.placers.hsdag import MeasuredEvaluator
 
     if st is None:
         lines.append("measured refinement skipped: the winner was not measured, so a gain could not be judged")

@@ -52,6 +52,7 @@ import numpy as np
 
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, Placed, note_time, place
+from hdp.placers.measured import MeasuredEvaluator, first_estimate
 from hdp.placers.options import Hsdag, method_from
 
 #: learned placements measured again, head to head, with the preferred ones
@@ -73,22 +74,6 @@ def _make_measurer(o: Hsdag, ctx: PlaceContext):
     return Measurer(ctx.module, ctx.target, runs=o.measure_runs, timeout=ctx.timeout)
 
 
-def first_estimate(ctx: PlaceContext, measurer) -> float:
-    """Seconds the first measured placement is expected to take, before any was measured: a
-    HETERO compile (``COMPILE_PER_OP`` per op) and warm-up + timed runs at the best single
-    device's simulated latency, scaled as :func:`hdp.placers.auto.run_scale` says."""
-    from hdp.placers.auto import COMPILE_PER_OP, RUN_SLACK, Cand, run_scale
-    from hdp.runtime.simulate import Simulator
-
-    p = ctx.problem
-    sim = Simulator(p)
-    singles = [Cand(f"single:{d}", p.single(j), sim.latency(p.single(j)), True)
-               for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
-    run = min((c.sim for c in singles), default=p.lower_bound()) * run_scale(ctx, singles) * RUN_SLACK
-    return (singles[0].compile_estimate(p.n_ops) if singles else COMPILE_PER_OP * p.n_ops) + \
-        (measurer.warmup + measurer.runs) * run
-
-
 def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
     """(``group_device -> seconds``, the Measurer behind it or None for the simulator)."""
     if reward == "simulate":
@@ -97,31 +82,6 @@ def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
         return Simulator(ctx.problem).latency, None
     m = _make_measurer(o, ctx)
     return MeasuredEvaluator(m, ctx.problem), m
-
-
-class MeasuredEvaluator:
-    """``group_device -> median seconds`` through a Measurer, keeping every Measurement (its
-    compile time and run times predict what a head-to-head of it will cost)."""
-
-    def __init__(self, measurer, problem):
-        self.m, self.p = measurer, problem
-        self.rows: dict[bytes, object] = {}
-
-    def __call__(self, gd: np.ndarray) -> float:
-        from hdp.runtime.measure import MeasureError
-
-        r = self.m.measure(self.p.op_devices(gd), self.p.devices)
-        self.rows[np.ascontiguousarray(gd, np.int16).tobytes()] = r
-        if not r.ok:
-            raise MeasureError(r.error)
-        return r.median
-
-    def cost(self, gd: np.ndarray) -> tuple[float, float]:
-        """(compile seconds, median run seconds) of a placement measured before ((0, inf) if not)."""
-        r = self.rows.get(np.ascontiguousarray(gd, np.int16).tobytes())
-        if r is None or not r.ok:
-            return 0.0, math.inf
-        return r.compile_seconds, r.median
 
 
 def final_choice(measurer, ev: MeasuredEvaluator, problem, r, candidates, warm, deadline: float | None,

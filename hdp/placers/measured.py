@@ -10,6 +10,7 @@ leave out candidates that do not fit rather than overrun its budget.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,74 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdp.runtime import stats
+
+#: Seconds to compile one placement with HETERO, per op and per HETERO subgraph, when predicting
+#: a comparison's cost before anything was measured (ResNet-50, 288 ops, on the 2-core VM at load
+#: average ~6: one subgraph 0.85-1.1 s, 144 subgraphs 9.4 s).
+COMPILE_PER_OP = 0.004
+COMPILE_PER_SUBGRAPH = 0.06
+#: Runs take as long as the simulator says times this (and the profile's whole-model scale, see
+#: :func:`run_scale`), when predicting before measuring.
+RUN_SLACK = 1.3
+
+
+def compile_estimate(n_ops: int, subgraphs: int = 1) -> float:
+    """Predicted seconds to compile a placement of ``n_ops`` ops in ``subgraphs`` HETERO subgraphs."""
+    return COMPILE_PER_OP * n_ops + COMPILE_PER_SUBGRAPH * max(subgraphs, 1)
+
+
+def run_scale(module, singles: Sequence[tuple[str, float]]) -> float:
+    """How much slower the model ran whole in the profile than its per-op times add up to (>= 1),
+    from ``(device, simulated seconds of every op on it)`` pairs: per-op profiles miss work between
+    ops, so the simulator's figures are scaled by this when predicting how long measuring takes."""
+    costs = getattr(module, "costs", None)
+    if costs is None or not costs.measured_total:
+        return 1.0
+    ratios = [1.0]
+    for dev, sim in singles:
+        if sim > 0 and dev in costs.devices:
+            total = costs.measured_total[costs.devices.index(dev)]
+            if math.isfinite(total) and total > 0:
+                ratios.append(total / sim)
+    return max(ratios)
+
+
+def first_estimate(ctx, measurer) -> float:
+    """Seconds the first measured placement is expected to take before any was measured: a compile
+    (:func:`compile_estimate`) and warm-up + timed runs at the best single device's simulated
+    latency, scaled (:func:`run_scale`, :data:`RUN_SLACK`)."""
+    from hdp.runtime.simulate import Simulator
+
+    p = ctx.problem
+    sim = Simulator(p)
+    singles = [(d, sim.latency(p.single(j))) for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
+    run = min((t for _, t in singles), default=p.lower_bound()) * run_scale(ctx.module, singles) * RUN_SLACK
+    return compile_estimate(p.n_ops) + (measurer.warmup + measurer.runs) * run
+
+
+class MeasuredEvaluator:
+    """``group_device -> median seconds`` through a Measurer, keeping every Measurement (its
+    compile time and run times predict what a head-to-head of it will cost)."""
+
+    def __init__(self, measurer, problem):
+        self.m, self.p = measurer, problem
+        self.rows: dict[bytes, object] = {}
+
+    def __call__(self, gd: np.ndarray) -> float:
+        from hdp.runtime.measure import MeasureError
+
+        r = self.m.measure(self.p.op_devices(gd), self.p.devices)
+        self.rows[np.ascontiguousarray(gd, np.int16).tobytes()] = r
+        if not r.ok:
+            raise MeasureError(r.error)
+        return r.median
+
+    def cost(self, gd: np.ndarray) -> tuple[float, float]:
+        """(compile seconds, median run seconds) of a placement measured before ((0, inf) if not)."""
+        r = self.rows.get(np.ascontiguousarray(gd, np.int16).tobytes())
+        if r is None or not r.ok:
+            return 0.0, math.inf
+        return r.compile_seconds, r.median
 
 
 #: Rounds of a head-to-head at most: enough for a ±1-2 % interval at the noise of a loaded 2-core
