@@ -34,12 +34,14 @@ def main():
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Placed model .xml.")
 @click.option("--target", default=None, help="Target name (see `hdp targets`) or TOML file.")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
-@click.option("--method", default=None, help="Placement method (default: hsdag if available and the "
-              "target has several devices, else single). See `hdp passes`.")
+@click.option("--method", default=None, help="Placement method (default: auto when the target has several "
+              "devices — every single device, optimal, heft and refined variants, the best measured head to "
+              "head, then measured learning within --budget — else single). See `hdp passes`.")
 @with_options(shape_options)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--set", "sets", multiple=True, help="partition option key=value (repeatable).")
-@click.option("--budget", type=float, default=None, help="hsdag: training budget in seconds (0: none).")
+@click.option("--budget", type=float, default=None, help="auto, hsdag: seconds for the whole placement, "
+              "profile excluded (default: auto 30, hsdag 120; 0: no limit).")
 @click.option("--reward", type=click.Choice(["auto", "simulate", "measure"]), default=None,
               help="hsdag: train on simulated or measured latency (auto: measure on real targets).")
 @click.option("--policy", type=click.Path(dir_okay=False), default=None,
@@ -69,6 +71,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     from hdp.passes.boundary import with_calibration
     from hdp.passes.manager import PassManager
     from hdp.pipeline import compile_schedule, default_method, lower_cached
+    from hdp.placers import stage_times
 
     out = Path(output)
     if out.suffix.lower() != ".xml":
@@ -93,7 +96,8 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     schedule = runtime_options(schedule, timeout, cache)
     schedule = with_calibration(schedule, tgt, cache)  # the host's boundary model, if `hdp calibrate` made one
     module = lower_cached(model, shapes, cache, instruments)
-    module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
+    with stage_times() as stage_rows:
+        module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     report: list[str] = []
     checker = None
     try:
@@ -128,8 +132,11 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             checker.close()
     if emit_ir:
         save(module, emit_ir)
-    if timings:
-        timing.write(timings)
+    if timings:  # the placer's own stages as rows of the partition pass, marked with "stage"
+        rows = Timing()
+        rows.rows = timing.rows + [{"pass": "partition", "stage": n, "key": "", "seconds": s, "cache_hit": False}
+                                   for n, s in stage_rows]
+        rows.write(timings)
     if not quiet:
         pl = module.placement
         counts = Counter(pl.devices[int(d)] for d in pl.device_of.numpy())
@@ -140,16 +147,78 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             click.echo(info["message"])
         for line in report:
             click.echo(line)
-        if "best_latency_s" in info:
-            click.echo(f"hsdag ({info.get('reward')} reward): best {float(info['best_latency_s']) * 1e3:.3f} ms "
-                       f"from {info.get('best_source')}, {info.get('placements_evaluated')} placements "
-                       f"in {info.get('seconds')} s")
+        for line in _method_report(module, tgt, schedule, timing.rows, stage_rows):
+            click.echo(line)
         if compare and tgt.is_real:
             from hdp.runtime.measure import compare_with_plain
 
             # measured fresh and interleaved, run by run (never cached): a figure from another
             # moment (another load on the machine) would make the comparison meaningless
             click.echo(compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {})).text)
+
+
+def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: list) -> list[str]:
+    """What the placement stages contributed, labelled simulated or measured, and where the time
+    went (the profile apart from the placement budget)."""
+    import os
+
+    pl = module.placement
+    info = pl.info
+    lines: list[str] = []
+    method = info.get("method", pl.method).partition(":")[0]
+    if "report" in info:  # auto
+        lines += [f"{method}: {x}" for x in info["report"].splitlines()]
+    if info.get("best_source"):  # hsdag
+        lat = info.get("best_latency_s")
+        what = f"{float(lat) * 1e3:.3f} ms" if lat else "not measured"
+        lines.append(f"hsdag ({info.get('reward')} reward): kept {info['best_source']} {what}; "
+                     f"{info.get('placements_evaluated')} placements, stopped: {info.get('stopped')}")
+        if info.get("final"):
+            lines.append(f"hsdag: lowest sampled median {info.get('sampled_best')}; final choice:")
+            lines += [f"hsdag: {x}" for x in info["final"].splitlines()]
+    if info.get("fallback"):
+        lines.append(f"(the placement above failed its check; written instead: every op on {info['fallback'][7:]})")
+    if "simulated" in info:
+        lines.append(_simulated_line(module, tgt))
+    rows = {r["pass"]: r for r in timing_rows if "stage" not in r}  # the last row of each pass
+    first_part = next((r for r in timing_rows if r["pass"] == "partition" and "stage" not in r), None)
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+    if first_part is not None:
+        placer = schedule[-2].placer
+        budget = getattr(placer, "budget", None)
+        if first_part["cache_hit"]:
+            took = "placement: cached (its stages ran in an earlier compile)"
+        else:
+            stages = ", ".join(f"{n} {s:.1f} s" for n, s in stage_rows)
+            cap = f" of a {budget:g} s budget" if budget else ""
+            took = f"placement {first_part['seconds']:.1f} s{cap}" + (f" ({stages})" if stages else "")
+        prof = rows.get("profile")
+        if prof is not None:
+            took += ("; profile cached" if prof["cache_hit"] else f"; profile {prof['seconds']:.1f} s") + \
+                (", not counted in the budget" if budget else "")
+        lines.append(f"time: {took}{load}")
+    return lines
+
+
+def _simulated_line(module, tgt) -> str:
+    """The final placement's simulated latency beside the best single device and the lower bound."""
+    from hdp.placement.problem import problem_of
+    from hdp.runtime.simulate import Simulator
+
+    pl = module.placement
+    info = pl.info
+    ties = module.partition.extra_ties.numpy() if module.partition is not None and \
+        module.partition.extra_ties is not None else ()
+    p = problem_of(module, pl.devices, ties)
+    sim = Simulator(p)
+    singles = {p.devices[j]: sim.latency(p.single(j)) for j in range(p.n_devices) if p.allowed[:, j].all()}
+    best = min(singles, key=singles.get) if singles else None
+    label = "simulated" if not tgt.is_real else "simulated by the cost model (not measured)"
+    one = f"best single device {best} {singles[best] * 1e3:.3f} ms" if best else "no single device runs every op"
+    return (f"{label}: this placement {float(info['simulated']) * 1e3:.3f} ms, {one}, "
+            f"lower bound {float(info['lower_bound']) * 1e3:.3f} ms")
 
 
 @main.command("lower")

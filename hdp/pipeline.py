@@ -81,7 +81,7 @@ def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | N
     from hdp.placers.options import method_from
 
     placer = method_from(method, extra)
-    needs = set(type(placer).needs) | ({"costs"} if refine else set())
+    needs = set(placer.stages(target)) | ({"costs"} if refine else set())
     reg = registry()
     sched: list[Pass] = [make_pass("support", {"target": target})]
     for stage in ("costs", "features", "coarse"):
@@ -94,7 +94,7 @@ def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | N
 
 
 def default_method(target: Target) -> str:
-    """``single:<dev>`` for one device; ``hsdag`` for several."""
+    """``single:<dev>`` for one device; ``auto`` for several (see :mod:`hdp.placers.auto`)."""
     if len(target.devices) == 1:
         return f"single:{target.devices[0].name}"
-    return "hsdag"
+    return "auto"

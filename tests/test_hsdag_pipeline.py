@@ -5,6 +5,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from hdp.cli import main
+from hdp.ir import serde
 from hdp.ir.openvino_frontend import lower
 from hdp.passes.manager import PassManager
 from hdp.pipeline import compile_schedule
@@ -25,6 +26,8 @@ def test_reproducible_for_a_seed(branchy_xml):
     a, b = run(branchy_xml, 3), run(branchy_xml, 3)
     assert np.array_equal(a.placement.device_of.numpy(), b.placement.device_of.numpy())
     assert a.placement.info["best_latency_s"] == b.placement.info["best_latency_s"]
+    # same input, same bytes: no wall time in what is hashed
+    assert serde.digest(a) == serde.digest(b) and "seconds" not in a.placement.info
 
 
 def test_never_worse_than_single_devices_in_simulation(branchy_xml):
@@ -54,7 +57,9 @@ def test_one_device_target_places_everything_there(branchy_xml, tmp_path):
 
 def test_compile_cli_with_hsdag_on_modeled_target(branchy_xml, tmp_path):
     args = ["compile", str(branchy_xml), "-o", str(tmp_path / "p.xml"), "--target", "i9-flex170",
-            "--no-cache", "--budget", "30"] + [f"--set={k}={v}" for k, v in SMALL.items()]
+            "--method", "hsdag", "--no-cache", "--budget", "30"] + [f"--set={k}={v}" for k, v in SMALL.items()]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
-    assert "hsdag (simulate reward): best" in r.output
+    assert "hsdag (simulate reward): kept" in r.output
+    assert "simulated: this placement" in r.output and "best single device" in r.output and "lower bound" in r.output
+    assert "budget" in next(x for x in r.output.splitlines() if x.startswith("time: placement"))

@@ -338,7 +338,7 @@ def test_placer_end_to_end_with_a_warm_start(monkeypatch, tmp_path):
 
     m = blocks_module()
     ctx = reg.PlaceContext(module=m, problem=build_problem(m, DEV2), seed=1)
-    monkeypatch.setattr(hs, "_make_evaluator", lambda o, ctx, reward: (reference(m), lambda: None))
+    monkeypatch.setattr(hs, "_make_evaluator", lambda o, ctx, reward: (reference(m), None))
     best = np.array([(i // 3) % 2 for i in range(12)], np.int16)
     monkeypatch.setattr(hs, "place", lambda opts, ctx: reg.Placed(best))  # the warm start
     opts = {"episodes": 2, "samples": 4, "hidden": 16, "warm_start": "optimal", "report": str(tmp_path),

@@ -19,9 +19,18 @@ starts from the best classical answer; the greedy placement of the final policy 
 The best placement of all of these is kept and returned.
 
 Budgets: ``episodes × samples`` training placements, ``max_placements`` evaluator calls (identical
-placements are evaluated once), ``max_seconds`` of wall clock for this call. Randomness comes from
-``seed`` only (weights initialised under it, sampling from a private generator), so a run is
-reproducible and a resumed run continues the same sequence.
+placements are evaluated once), ``max_seconds`` of wall clock for this call and an absolute
+``deadline`` (``time.monotonic()``). Time is checked before every evaluation, every sampled
+placement, every imitation step and every policy update, not only between episodes; an evaluation
+starts only if the recent evaluations (or, before any, ``eval_estimate``) say it will end before
+the deadline with time left for the caller to compare up to ``reserve_evals`` of the placements
+evaluated (a final head-to-head; none while fewer than two were evaluated); one already running
+finishes. ``patience`` stops training when that many placements in a row brought no gain
+of more than ``min_gain`` (relative) over the best so far — with a noisy evaluator, set
+``min_gain`` to the noise. Randomness comes from ``seed`` only (weights initialised under it,
+sampling from a private generator), so a run is reproducible and a resumed run continues the same
+sequence. The result lists the ``top`` distinct placements by evaluated latency, so a caller with a
+noisy evaluator can re-measure them head to head rather than trust the minimum.
 
 Checkpoints (``torch.save`` of tensors and plain values, loadable with ``weights_only=True``) hold
 the weights, optimizer, generator state, counters, best-so-far, curve and evaluation cache. Given
@@ -29,7 +38,8 @@ the weights, optimizer, generator state, counters, best-so-far, curve and evalua
 run; one of another problem only lends its weights (the feature width must match). A checkpoint is
 written after every episode, so a resumed run continues exactly where an uninterrupted one would be;
 a run stopped by a budget in mid-episode keeps that partial update and resumes at the start of the
-episode. The training options themselves are not checked on resume: pass the same ones.
+episode (a stop by time skips that update: the time is up). The training options themselves are
+not checked on resume: pass the same ones.
 """
 
 from __future__ import annotations
@@ -56,6 +66,11 @@ CHECKPOINT_VERSION = 1
 _SINGLE_THREAD_BELOW = 4000
 
 
+def _now() -> float:
+    """The clock of budgets and deadlines (``time.monotonic``; tests replace it)."""
+    return time.monotonic()
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Training options; defaults are the paper's (25 episodes × 20 placements, lr 1e-3, hidden 128)."""
@@ -78,6 +93,12 @@ class TrainConfig:
     parse: ParseConfig = ParseConfig()
     max_placements: int = 0  # 0: no cap on evaluator calls
     max_seconds: float = 0.0  # 0: no wall-clock cap
+    deadline: float | None = None  # time.monotonic() by which training ends (None: none)
+    reserve_evals: float = 0.0  # the caller compares up to this many evaluated placements afterwards
+    eval_estimate: float = 0.0  # seconds one evaluation is expected to take before any has run
+    patience: int = 0  # stop after this many placements in a row without a gain (0: never)
+    min_gain: float = 0.0  # relative improvement of the best that counts as a gain
+    top: int = 5  # distinct best placements listed in the result
     seed: int = 0
     warm_steps: int = 300
     greedy_each: bool = True  # evaluate the policy's most likely placement after every update
@@ -102,8 +123,10 @@ class TrainConfig:
             raise InputError("samples must be at least 2 (the baseline needs a batch)")
         if not self.lr > 0:
             raise InputError(f"lr must be > 0, not {self.lr}")
-        if self.max_seconds < 0 or self.entropy < 0:
-            raise InputError("max_seconds and entropy must be >= 0")
+        if min(self.max_seconds, self.entropy, self.reserve_evals, self.patience, self.eval_estimate) < 0:
+            raise InputError("max_seconds, entropy, reserve_evals, eval_estimate and patience must be >= 0")
+        if not 0 <= self.min_gain < 1:
+            raise InputError(f"min_gain must be in [0, 1), not {self.min_gain}")
 
 
 @dataclass
@@ -117,9 +140,11 @@ class TrainResult:
     episodes: int  # episodes completed (all runs)
     seconds: float  # wall clock of this call
     groups: int  # groups of the final policy's greedy parse
-    stopped: str  # why training ended: done | placements | seconds
+    stopped: str  # why training ended: done | placements | seconds | no gain
     curve: list[dict] = field(default_factory=list)
     resumed: bool = False
+    #: the best distinct placements evaluated, by latency: (source, device per tie group, latency)
+    top: list[tuple[str, np.ndarray, float]] = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -154,24 +179,41 @@ class _Run:
         self.failures = 0
         self.episode = 0
         self.ema: float | None = None
-        self.t0 = time.monotonic()
+        self.t0 = _now()
+        self.stop_at = min(self.t0 + cfg.max_seconds if cfg.max_seconds else math.inf,
+                           math.inf if cfg.deadline is None else cfg.deadline)
+        self.eval_seconds: list[float] = []  # wall time of each evaluator call of this run
+        self.sources: dict[bytes, str] = {}  # first source of each placement evaluated
+        self.gain_ref: float | None = None  # the best latency at the last gain
+        self.since_gain = 0  # placements scored since then
         self.bar = None
 
     def score(self, device_of: np.ndarray, source: str) -> float | None:
         """Latency of a placement (a device per tie group; cached), or None when its evaluation failed."""
         key = np.ascontiguousarray(device_of, np.int16).tobytes()
+        c = self.cfg
+        if c.patience and self.since_gain >= c.patience:
+            raise _Stop("no gain")
         if key in self.cache:
             lat = self.cache[key]
         else:
             self.check_budget()
             self.evaluations += 1
+            t0 = _now()
             try:
                 lat = float(self.evaluate(np.asarray(device_of, np.int16)))
                 if not math.isfinite(lat) or lat <= 0:
                     raise HdpError(f"evaluator returned latency {lat}")
             except HdpError:
                 lat = None
+            self.eval_seconds.append(_now() - t0)
             self.cache[key] = lat
+            self.sources.setdefault(key, source)
+        if self.gain_ref is None or (lat is not None and lat < self.gain_ref * (1 - c.min_gain)):
+            if lat is not None:
+                self.gain_ref, self.since_gain = lat, 0
+        else:
+            self.since_gain += 1
         if lat is None:
             self.failures += 1
         else:
@@ -182,17 +224,40 @@ class _Run:
         self.curve.append({"index": len(self.curve), "episode": self.episode, "source": source,
                            "latency_s": "" if lat is None else lat, "failed": int(lat is None),
                            "best_s": self.best_latency if self.best_device_of is not None else "",
-                           "seconds": round(time.monotonic() - self.t0, 4)})
+                           "seconds": round(_now() - self.t0, 4)})
         if self.bar is not None and self.best_device_of is not None:
             self.bar.set_postfix_str(f"best {self.best_latency * 1e3:.4g} ms")
         return lat
+
+    def eval_estimate(self) -> float:
+        """Seconds the next evaluation is expected to take (median of the last five; before any,
+        the configured ``eval_estimate``)."""
+        return float(np.median(self.eval_seconds[-5:])) if self.eval_seconds else self.cfg.eval_estimate
+
+    def check_time(self, evaluating: bool = False) -> None:
+        """Stop when the deadline has come, counting the time reserved for the caller (and, before
+        an evaluation, the time that evaluation is expected to take)."""
+        if self.stop_at == math.inf:
+            return
+        # the caller's comparison holds at most reserve_evals of the placements evaluated by then,
+        # and needs two of them to be a comparison at all
+        n = len(self.eval_seconds) + (1 if evaluating else 0)
+        reserve = min(self.cfg.reserve_evals, n) if n >= 2 else 0.0
+        need = self.eval_estimate() * (reserve + (1 if evaluating else 0))
+        if _now() + need >= self.stop_at:
+            raise _Stop("seconds")
 
     def check_budget(self) -> None:
         c = self.cfg
         if c.max_placements and self.evaluations >= c.max_placements:
             raise _Stop("placements")
-        if c.max_seconds and time.monotonic() - self.t0 >= c.max_seconds:
-            raise _Stop("seconds")
+        self.check_time(evaluating=True)
+
+    def top(self, k: int) -> list[tuple[str, np.ndarray, float]]:
+        """The ``k`` best distinct placements evaluated, by latency (ties: first evaluated)."""
+        ok = [(lat, i, key) for i, (key, lat) in enumerate(self.cache.items()) if lat is not None]
+        return [(self.sources.get(key, "resumed"), np.frombuffer(key, np.int16).copy(), lat)
+                for lat, _, key in sorted(ok)[:k]]
 
 
 def _reward(lat: np.ndarray, kind: str) -> np.ndarray:
@@ -222,6 +287,7 @@ def _logp_entropy(model: HsdagNet, run: _Run, s: _Sample) -> tuple[torch.Tensor,
 
 
 def _update(model: HsdagNet, opt: torch.optim.Optimizer, run: _Run, batch: list[_Sample]) -> None:
+    """One policy update on ``batch``; raises _Stop between PPO epochs when time is up."""
     if len(batch) < 2:
         return
     adv = _advantages(run, [s.latency for s in batch])
@@ -231,6 +297,7 @@ def _update(model: HsdagNet, opt: torch.optim.Optimizer, run: _Run, batch: list[
     old = torch.tensor([s.logp for s in batch])
     epochs = run.cfg.ppo_epochs if run.cfg.algo == "ppo" else 1
     for _ in range(epochs):
+        run.check_time()
         pairs = [_logp_entropy(model, run, s) for s in batch]
         logp = torch.stack([lp for lp, _ in pairs])
         ent = torch.stack([e for _, e in pairs])
@@ -254,14 +321,14 @@ def _greedy(model: HsdagNet, run: _Run) -> tuple[np.ndarray, Output]:
 
 
 def imitate(model: HsdagNet, opt: torch.optim.Optimizer, p: Problem, pc: ParseConfig,
-            device_of_group: np.ndarray, steps: int) -> float:
+            device_of_group: np.ndarray, steps: int, check: Callable[[], None] | None = None) -> float:
     """Fit the greedy policy to a placement (a device per tie group); returns the final device loss.
 
     Two cross-entropies: each group's device towards its members' majority device (by tie-group count),
     and each first-round edge score towards 1 when both endpoint nodes' majority devices agree, 0
     when they differ — so the parser learns not to merge across the placement's device boundaries
     and the groups can express it. Stops early once the greedy policy reproduces 99% of the tie groups
-    with confidence.
+    with confidence. ``check()`` is called before every step (it may raise to stop).
     """
     lg = p.graph
     counts = np.zeros((lg.n_nodes, lg.n_devices))
@@ -270,6 +337,8 @@ def imitate(model: HsdagNet, opt: torch.optim.Optimizer, p: Problem, pc: ParseCo
     same = torch.from_numpy((node_dev[lg.edges[0]] == node_dev[lg.edges[1]]).astype(np.float32))
     loss_v = math.nan
     for _ in range(steps):
+        if check is not None:
+            check()
         out = model(p, pc, mode="greedy", stochastic=False)
         gc = np.zeros((out.n_groups, lg.n_devices))
         np.add.at(gc, out.group_of_node, counts)
@@ -601,12 +670,13 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
             if warm_start is not None:
                 name, dev = warm_start
                 run.score(dev, f"warm:{name}")
-                imitate(model, opt, problem, cfg.parse, dev, cfg.warm_steps)
+                imitate(model, opt, problem, cfg.parse, dev, cfg.warm_steps, check=run.check_time)
         while run.episode < cfg.episodes:
             batch: list[_Sample] = []
             state_sum = torch.zeros(lg.n_nodes, model_cfg.hidden)
             try:
                 for t in range(cfg.samples):
+                    run.check_time()
                     state = state_sum / t if t else None
                     with torch.no_grad():
                         out = model(problem, cfg.parse, state=state, generator=gen,
@@ -622,7 +692,11 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
                     state_sum = state_sum + model.state_delta(out, act)
             except _Stop as s:
                 stopped = s.why
-            _update(model, opt, run, batch)
+            if stopped != "seconds":  # with the time up, no update: it would overrun the budget
+                try:
+                    _update(model, opt, run, batch)
+                except _Stop as s:
+                    stopped = s.why
             if stopped != "done":
                 break
             run.episode += 1
@@ -651,7 +725,8 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     result = TrainResult(
         best_device_of=run.best_device_of, best_latency=run.best_latency, best_source=run.best_source,
         evaluations=run.evaluations, samples=run.samples, failures=run.failures, episodes=run.episode,
-        seconds=time.monotonic() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed)
+        seconds=_now() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed,
+        top=run.top(cfg.top))
     if cfg.report_dir:
         _write_report(cfg.report_dir, run, result)
     return result

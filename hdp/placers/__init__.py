@@ -4,11 +4,18 @@ to a device per tie group.
 A method is an option value from :mod:`hdp.placers.options`; :func:`place` runs its implementation,
 imported on first use from :data:`IMPLEMENTATIONS` (no registry is filled at import time, and
 nothing here imports torch or openvino).
+
+Wall-clock times never go into a placer's ``info`` (it is part of the Module, whose bytes must be
+the same for the same input): a placer reports how long its stages took with :func:`note_time`,
+and whoever runs it collects them with :func:`stage_times` (``hdp compile`` prints them).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +31,29 @@ IMPLEMENTATIONS = {
     "heft": "hdp.placers.classical:heft",
     "optimal": "hdp.placers.classical:optimal",
     "hsdag": "hdp.placers.hsdag:hsdag",
+    "auto": "hdp.placers.auto:auto",
 }
+
+_TIMES: contextvars.ContextVar[list | None] = contextvars.ContextVar("hdp_stage_times", default=None)
+
+
+@contextlib.contextmanager
+def stage_times():
+    """Collect the ``(stage, seconds)`` rows placers note with :func:`note_time` inside the block
+    (into the list this yields). Outside such a block notes are dropped."""
+    rows: list[tuple[str, float]] = []
+    token = _TIMES.set(rows)
+    try:
+        yield rows
+    finally:
+        _TIMES.reset(token)
+
+
+def note_time(stage: str, seconds: float) -> None:
+    """Report that ``stage`` of a placement took ``seconds`` of wall clock (see :func:`stage_times`)."""
+    rows = _TIMES.get()
+    if rows is not None:
+        rows.append((stage, float(seconds)))
 
 
 @dataclass(frozen=True)
@@ -36,6 +65,8 @@ class PlaceContext:
     target: object = None  # hdp.runtime.target.Target (measured rewards)
     seed: int = 0
     timeout: float = 120.0  # seconds per measured placement before its worker is killed
+    #: ``time.monotonic()`` when placing began: budgets count from here
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -55,7 +86,7 @@ def implementation(name: str):
 def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     """Run a method; checks its options, the stages it needs and that the result is allowed."""
     options.check()
-    missing = [s for s in type(options).needs if getattr(ctx.module, s) is None]
+    missing = [s for s in options.stages(ctx.target) if getattr(ctx.module, s) is None]
     if missing:
         raise InputError(f"method '{options.name()}' needs {', '.join(missing)}; run "
                          f"{' and '.join({'costs': 'profile', 'coarse': 'coarsen'}.get(s, s) for s in missing)} first")

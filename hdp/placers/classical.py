@@ -21,7 +21,8 @@ finite costs are scaled to sum to 2^30 (rounding error ≤ half a unit per term)
 ``time_limit`` (ILP seconds, default 60; on timeout the best solution found is used, or the
 better of "each op on its fastest device" and the best single device if none was), ``mip_gap``
 (ILP relative gap, default 1e-4). ``optimal:ilp`` forces the ILP with two devices. ``info``
-reports the objective, the gap, the solve time and the simulated latency.
+reports the objective, the gap and the simulated latency; the solve time goes to
+:func:`hdp.placers.note_time` (a wall time in ``info`` would change the Module's bytes run to run).
 
 **Margin.** The optimum of a cost model is only as good as the model: a mixed placement predicted
 2 % faster than the best single device, by a simulator whose error on mixed placements is 5 %, is a
@@ -41,7 +42,7 @@ import time as _time
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.placers import PlaceContext, Placed
+from hdp.placers import PlaceContext, Placed, note_time
 from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
 from hdp.runtime import _kernels as K
 from hdp.runtime.simulate import Simulator
@@ -302,7 +303,7 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
         gdev, info = _mincut(m)
     else:
         gdev, info = _ilp(m, o.time_limit, o.mip_gap)
-    info["solve_seconds"] = _time.perf_counter() - t0
+    note_time(f"optimal ({info['solver']})", _time.perf_counter() - t0)
     info["objective"] = m.objective(gdev)
     margin = auto_margin(ctx.module) if o.margin is None else float(o.margin)
     if margin > 0:

@@ -6,7 +6,7 @@ every option is part of the pass's cache key. This module is light: the implemen
 imported only when a method runs (:func:`hdp.placers.implementation`).
 
 ``--method NAME:ARG`` sets the method's ``arg_field`` (``single:CPU_B``, ``hetero-auto:NPU,CPU``,
-``optimal:ilp``, ``hsdag:measure``).
+``optimal:ilp``, ``hsdag:measure``, ``auto:no``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     def check(self) -> None:
         """Raise InputError naming the first unusable option."""
+
+    def stages(self, target=None) -> tuple[str, ...]:
+        """Module stages this method needs on ``target`` (a Target, or None when unknown)."""
+        return type(self).needs
 
     def label(self) -> str:
         """``name`` or ``name:arg``, as given to ``--method``."""
@@ -104,7 +108,7 @@ class Hsdag(PlacerOptions, tag="hsdag"):
 
     reward: str = "auto"  # auto | simulate | measure
     measure_runs: int = 10
-    budget: float = 120.0  # seconds of training, 0 = no limit
+    budget: float = 120.0  # seconds for the whole placement (warm start, training, final choice), 0 = no limit
     placements: int = 0  # max placements evaluated, 0 = no limit
     episodes: int = 25
     samples: int = 20
@@ -139,15 +143,64 @@ class Hsdag(PlacerOptions, tag="hsdag"):
         if not 0 <= self.entropy < float("inf"):
             raise InputError(f"hsdag option 'entropy' must be a finite number >= 0, got {self.entropy}")
         warm = self.warm_start.partition(":")[0]
-        if warm == "hsdag":
-            raise InputError("hsdag option 'warm_start' cannot be hsdag itself")
+        if warm in ("hsdag", "auto"):
+            raise InputError(f"hsdag option 'warm_start' cannot be {warm} (it may run hsdag itself)")
         if self.warm_start != "none" and warm not in METHODS:
-            raise InputError(f"hsdag option 'warm_start': unknown method '{self.warm_start}' "
-                             f"(use none or one of {', '.join(m for m in sorted(METHODS) if m != 'hsdag')})")
+            raise InputError(f"hsdag option 'warm_start': unknown method '{self.warm_start}' (use none or one "
+                             f"of {', '.join(m for m in sorted(METHODS) if m not in ('hsdag', 'auto'))})")
 
 
-Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag]
-METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, Random, Heft, Optimal, Hsdag)}
+class Auto(PlacerOptions, tag="auto"):
+    """The default: cheap candidates, measured head to head, then measured learning where it can
+    still win (see hdp/placers/auto.py for the stages and each option's meaning)."""
+
+    learn: str = "auto"  # auto (real targets only) | yes | no
+    budget: float = 30.0  # seconds for the whole placement (profile excluded), 0 = no limit
+    top: int = 2  # mixed candidates measured head to head with the best single devices
+    singles: int = 2  # single-device candidates measured head to head
+    resolution: float = 0.03  # head to head: measure until differences of this size are resolved
+    measure_runs: int = 5  # timed runs per placement measured while learning (median)
+    patience: int = 8  # stop learning after this many placements without a gain beyond noise
+    episodes: int = 50
+    samples: int = 8
+    hidden: int = 64
+    lr: float = 1e-3
+    needs = ("costs",)
+    arg_field = "learn"
+    seeded = True
+    summary = ("the default: every single device, optimal, heft and refined variants (simulated), the "
+               "best measured head to head, then measured learning within --budget (auto:yes|no)")
+
+    def stages(self, target=None) -> tuple[str, ...]:
+        return ("costs", "features", "coarse") if self.learns(target) else ("costs",)
+
+    def learns(self, target) -> bool:
+        """Whether the learning stage may run on ``target`` (auto: on real targets only)."""
+        if self.learn == "auto":
+            return target is not None and target.is_real
+        return self.learn == "yes"
+
+    def check(self) -> None:
+        if self.learn not in ("auto", "yes", "no"):
+            raise InputError(f"auto option 'learn': 'auto', 'yes' or 'no', not '{self.learn}'")
+        if not 0 <= self.budget < float("inf"):
+            raise InputError(f"auto option 'budget' must be a finite number >= 0, got {self.budget}")
+        for f in ("top", "patience"):
+            if getattr(self, f) < 0:
+                raise InputError(f"auto option '{f}' must be >= 0")
+        for f in ("singles", "measure_runs", "episodes", "hidden"):
+            if getattr(self, f) < 1:
+                raise InputError(f"auto option '{f}' must be >= 1")
+        if self.samples < 2:
+            raise InputError("auto option 'samples' must be >= 2 (the baseline needs a batch)")
+        if not 0 < self.resolution < 1:
+            raise InputError(f"auto option 'resolution' must be in (0, 1), got {self.resolution}")
+        if not 0 < self.lr < 1:
+            raise InputError(f"auto option 'lr' must be in (0, 1), got {self.lr}")
+
+
+Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto]
+METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto)}
 
 
 def method_from(spec: str, options: dict | None = None) -> PlacerOptions:
@@ -163,6 +216,10 @@ def method_from(spec: str, options: dict | None = None) -> PlacerOptions:
         if not cls.arg_field:
             raise InputError(f"method '{name}' takes no argument (got '{spec}')")
         data[cls.arg_field] = arg
+    unknown = sorted(k for k in data if k not in fields and k != "method")
+    if unknown:
+        raise InputError(f"method '{name}' has no option '{unknown[0]}' (its options: "
+                         f"{', '.join(fields) or 'none'})")
     for k, v in list(data.items()):  # strings from the command line: "NPU,CPU", "none"
         f = fields.get(k)
         if f is None or not isinstance(v, str):

@@ -483,6 +483,10 @@ class _RoundsFailed(Exception):
     pass
 
 
+class _OutOfTime(Exception):
+    """A head-to-head's deadline passed between requests."""
+
+
 # --------------------------------------------------------------------------- the measurer
 
 
@@ -718,7 +722,7 @@ class Measurer:
         return {"devices": devices, "device_of": dev.tobytes()}, "HETERO:" + ",".join(used), graph
 
     def head_to_head(self, candidates: Sequence[Candidate], plan: stats.SequentialPlan | None = None, *,
-                     warmup: int | None = None) -> HeadToHead:
+                     warmup: int | None = None, deadline: float | None = None) -> HeadToHead:
         """Compile every candidate in the same worker, run each ``warmup`` times (default: this
         Measurer's), then run them interleaved, one run of each per round in a rotating order
         (:func:`hdp.runtime.stats.round_order`), until ``plan`` (default
@@ -728,6 +732,12 @@ class Measurer:
         go on; a mistake in a candidate (unknown device, wrong op count) raises InputError.
         Memory: every candidate stays compiled until the end (a 500-op model compiled 3-4 times
         is fine; dozens of large models at once are not: see :meth:`best_of`).
+
+        ``deadline`` (``time.monotonic()``): candidates not yet compiled when it passes are not run
+        (``error`` says so), and the rounds stop by then (the plan's ``max_seconds`` is cut to
+        what is left, requests are sized to end by it, and one in flight finishes); stopped before
+        the plan's first look, the comparison keeps the rounds that ran, too few perhaps for an
+        interval ("not resolved": candidates count as equal within noise).
         """
         plan = plan or stats.SequentialPlan()
         warm = self.warmup if warmup is None else int(warmup)
@@ -744,6 +754,9 @@ class Measurer:
         while pending:
             i = pending.pop(0)
             fields, what, _ = specs[i]
+            if deadline is not None and time.monotonic() >= deadline:
+                errors[i] = f"{what}: not run (the time budget ran out)"
+                continue
             try:
                 reply = self._call({"op": "prepare", **fields, "warmup": warm})
             except _WorkerFailure as e:
@@ -762,11 +775,20 @@ class Measurer:
         seconds, reason = 0.0, "nothing ran"
 
         per_round = [0.0]  # seconds, from the last request: sizes requests to a quarter of the timeout
+        done: list = []  # every round run so far (what a deadline leaves)
 
         def run_rounds(orders):
             out, i = [], 0
             while i < len(orders):
-                size = max(1, int(self.timeout / 4 / per_round[0])) if per_round[0] > 0 else 1
+                span = self.timeout / 4
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise _OutOfTime()
+                    # at most half of what is left per request: a request in flight finishes, and
+                    # rounds can run slower than the last ones did
+                    span = min(span, left / 2)
+                size = max(1, int(span / per_round[0])) if per_round[0] > 0 else 1
                 chunk = orders[i:i + size]
                 t0 = time.monotonic()
                 try:
@@ -778,13 +800,19 @@ class Measurer:
                     raise _RoundsFailed(reply["error"])
                 per_round[0] = (time.monotonic() - t0) / len(chunk)
                 out.extend(reply["times"])
+                done.extend(reply["times"])
                 i += len(chunk)
             return np.asarray(out, np.float64)
 
         if ok:
             t0 = time.monotonic()
+            if deadline is not None:
+                plan = msgspec.structs.replace(plan, max_seconds=max(1e-3, min(plan.max_seconds, deadline - t0)))
             try:
                 times, reason = stats.run_sequential(plan, len(ok), run_rounds)
+            except _OutOfTime:  # before the plan's first look: keep what ran (an interval may not be possible)
+                times = np.asarray(done[plan.discard:], np.float64).reshape(-1, len(ok))
+                reason = f"time budget ({times.shape[0]} rounds)"
             except _RoundsFailed as e:
                 for i in ok:
                     errors[i] = f"{specs[i][1]}: interleaved runs failed: {e}"
@@ -813,7 +841,8 @@ class Measurer:
         return self.head_to_head([a, b], plan).compare(0, 1)
 
     def best_of(self, candidates: Sequence[Candidate], *, preference: Sequence[int] = (), top: int = 3,
-                plan: stats.SequentialPlan | None = None, estimates: Sequence[float] | None = None) -> BestOf:
+                plan: stats.SequentialPlan | None = None, estimates: Sequence[float] | None = None,
+                deadline: float | None = None) -> BestOf:
         """The best of ``candidates``, never the minimum of noisy samples.
 
         With more than ``top + 1`` candidates, each is first screened (``estimates``, e.g.
@@ -822,7 +851,7 @@ class Measurer:
         head-to-head (:meth:`head_to_head`), and :func:`hdp.runtime.stats.select_best` keeps the
         fastest only if it beats the others beyond noise, otherwise the first of ``preference``
         (indices into ``candidates``, most preferred first, e.g. the best single device) among
-        those equal within noise."""
+        those equal within noise. ``deadline``: see :meth:`head_to_head`."""
         k = len(candidates)
         if k == 0:
             raise InputError("best_of: no candidates")
@@ -839,7 +868,7 @@ class Measurer:
             finalists = stats.shortlist(estimates, top, list(preference))
             if not finalists:
                 raise MeasureError("best_of: no candidate could be measured")
-        head = self.head_to_head([candidates[i] for i in finalists], plan)
+        head = self.head_to_head([candidates[i] for i in finalists], plan, deadline=deadline)
         sel = head.select([finalists.index(p) for p in preference if p in finalists])
         return BestOf(winner=finalists[sel.winner], finalists=tuple(finalists),
                       estimates=None if estimates is None else tuple(float(e) for e in estimates),

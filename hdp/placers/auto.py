@@ -1,0 +1,390 @@
+"""``auto``: the default method — the best cheap answer first, measured learning only where it can win.
+
+Stages, all within ``budget`` seconds counted from the start of placing (the profile before it is
+not counted; ``hdp compile`` states it separately):
+
+1. **Candidates** (well under a second each, scored by the simulator): every single device that
+   can run the whole model, ``optimal``, ``heft``, ``hetero-auto``, and ``optimal`` / ``heft``
+   refined by greedy boundary moves (:mod:`hdp.placers.refine`); duplicates are dropped.
+2. **On a real target, measured head to head** (:mod:`hdp.placers.measured`): the ``singles``
+   best single devices and the ``top`` best mixed candidates by simulation (mixed ones simulated
+   more than :data:`MIXED_CUT` × the best single device are left out: no simulator error seen
+   makes up that much) run interleaved until the differences are resolved to ``resolution``.
+   The preference order is single devices first (by simulated latency), then mixed candidates:
+   the fastest is kept only when it beats every more preferred candidate beyond noise, so the
+   best single device is kept whenever the others are equal within noise. When the budget cannot
+   hold even the shortest comparison, the lowest simulated latency is kept and the report says so.
+3. **Measured refinement** (real targets; ``learn=yes`` anywhere): the HSDAG policy, warm-started
+   from the winner by imitation, samples placements measured with ``measure_runs`` runs each,
+   until the budget (less the time of a final comparison) runs out, or ``patience`` placements
+   in a row bring no gain beyond noise (the noise of one measured median, from the winner's spread
+   in the comparison). Its best placement is accepted only if it beats the winner head to head
+   beyond noise.
+
+On a modeled target the simulator is the truth and ``optimal`` is exact for its cost model: stage 2
+is the lowest simulated latency (ties: the same preference order), and stage 3 runs only with
+``learn=yes`` (``--method auto:yes``), accepted when the simulator says it is faster.
+
+``info["report"]`` says what each stage contributed (simulated or measured, with confidence
+intervals); wall times go to :func:`hdp.placers.note_time`, never into ``info``.
+
+=============  =======  ===================================================================
+option         default  meaning
+=============  =======  ===================================================================
+learn          auto     ``auto`` (learn on real targets), ``yes``, ``no``
+budget         30       seconds for the whole placement; 0 = no limit
+top            2        mixed candidates measured head to head
+singles        2        single-device candidates measured head to head
+resolution     0.03     head to head: measure until differences this large are resolved
+measure_runs   5        timed runs per placement measured while learning
+patience       8        stop learning after this many placements without a gain beyond noise
+episodes       50       policy updates at most
+samples        8        placements per update
+hidden         64       width of the policy network
+lr             1e-3     its learning rate
+=============  =======  ===================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hdp.placers import PlaceContext, Placed, note_time, place
+from hdp.placers.measured import RUN_SLACK, MeasuredEvaluator, compile_estimate, ms
+from hdp.placers.options import Auto, Heft, HeteroAuto, Optimal
+
+#: Mixed candidates simulated slower than this × the best single device are not measured.
+MIXED_CUT = 1.2
+#: Warm-up runs of every measured placement.
+WARMUP = 2
+#: Measured refinement runs only if the budget leaves time for this many placements (the warm
+#: start's included) besides its final comparison.
+MIN_LEARN_EVALS = 5
+#: The gain threshold of the learning stage's early stop is at most this (relative), however noisy.
+MAX_NOISE = 0.2
+#: Ties between simulated latencies (relative).
+SIM_TIE = 1e-9
+
+
+@dataclass
+class Cand:
+    name: str
+    gd: np.ndarray  # device per tie group
+    sim: float  # simulated seconds
+    single: bool
+    also: tuple[str, ...] = ()  # other candidates that gave the same placement
+    subgraphs: int = 1  # HETERO subgraphs (simulated)
+
+    def compile_estimate(self, n_ops: int) -> float:
+        return compile_estimate(n_ops, self.subgraphs)
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" (= {', '.join(self.also)})" if self.also else "")
+
+
+def _left(deadline: float | None) -> float:
+    return math.inf if deadline is None else deadline - time.monotonic()
+
+
+def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]:
+    """The cheap candidates, in preference order: single devices by simulated latency, then the
+    others by simulated latency (duplicates dropped, the first name kept)."""
+    from hdp.placers.refine import refine
+    from hdp.runtime.simulate import Simulator
+
+    p = ctx.problem
+    sim = Simulator(p)
+    named: list[tuple[str, np.ndarray, bool]] = [
+        (f"single:{d}", p.single(j), True) for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
+    left = _left(deadline)
+    opt = Optimal() if left == math.inf else Optimal(time_limit=max(1.0, min(60.0, 0.25 * left)))
+    for label, opts in (("optimal", opt), ("heft", Heft())):
+        gd = place(opts, ctx).group_device
+        named.append((label, gd, False))
+        better, _, _, moves = refine(p, gd)
+        if moves:
+            named.append((f"{label}+refine", better, False))
+    named.append(("hetero-auto", place(HeteroAuto(), ctx).group_device, False))
+    seen: dict[bytes, Cand] = {}
+    for name, gd, single in named:
+        key = np.asarray(gd, np.int16).tobytes()
+        if key in seen:
+            seen[key].also += (name,)
+            continue
+        comp, copy, nsub = sim.terms(gd)
+        seen[key] = Cand(name, np.asarray(gd, np.int16), comp + copy + sim.overhead * nsub, single, (), max(nsub, 1))
+    return sorted(seen.values(), key=lambda c: (not c.single, c.sim))
+
+
+def _simulated_best(cands: list[Cand]) -> Cand:
+    """The lowest simulated latency; among ties, the first in preference order."""
+    low = min(c.sim for c in cands)
+    return next(c for c in cands if c.sim <= low * (1 + SIM_TIE))
+
+
+def auto(o: Auto, ctx: PlaceContext) -> Placed:
+    """The default placement (see the module docstring)."""
+    p = ctx.problem
+    if p.n_devices == 1:
+        return Placed(p.single(0), {"message": f"target has one device ({p.devices[0]}): every op on it"})
+    if p.n_groups == 0:
+        return Placed(np.zeros(0, np.int16), {"message": "empty graph"})
+    deadline = ctx.started + o.budget if o.budget else None
+    real = ctx.target is not None and ctx.target.is_real
+    t0 = time.monotonic()
+    cands = candidates(o, ctx, deadline)
+    note_time("auto: candidates", time.monotonic() - t0)
+    lb = p.lower_bound()
+    lines = ["candidates (simulated): " + ", ".join(f"{c.label} {ms(c.sim)}" for c in cands)
+             + f"; lower bound {ms(lb)}"]
+    info: dict = {"candidates": ",".join(c.name for c in cands)}
+    if not real:
+        return _modeled(o, ctx, cands, lines, info, deadline)
+    measurer = _measurer(o, ctx)
+    try:
+        win, stats_ = _head_to_head(o, ctx, measurer, cands, lines, deadline)
+        info["stages"] = "candidates,head-to-head" if stats_ else "candidates"
+        if stats_ is not None:
+            info["measured_s"] = f"{stats_['median']:.6g}"
+        gd, src = win.gd, win.name
+        if o.learns(ctx.target):
+            learned = _refine_measured(o, ctx, measurer, win, stats_, lines, deadline)
+            if learned is not None:
+                gd, src = learned[0], learned[1]
+                info["measured_s"] = f"{learned[2]:.6g}"
+            info["stages"] += ",refinement"
+    finally:
+        measurer.close()
+    info.update(chosen=src, report="\n".join(lines))
+    return Placed(gd, info)
+
+
+def _import_learning() -> threading.Thread:
+    """Import torch and torch_geometric (the learning stage's, ~5-10 s on a loaded 2-core host) in
+    the background while the head-to-head waits on its measuring worker; the learning stage's own
+    imports then wait for this one (Python's per-module import locks)."""
+
+    def run():
+        try:
+            importlib.import_module("hdp.learn.trainer")
+            importlib.import_module("hdp.learn.graph")
+        except ImportError:  # the learning stage reports it
+            pass
+
+    t = threading.Thread(target=run, name="hdp-import-torch", daemon=True)
+    t.start()
+    return t
+
+
+def _measurer(o: Auto, ctx: PlaceContext):
+    """The Measurer of the measured stages (tests replace it with a fake)."""
+    from hdp.runtime.measure import Measurer
+
+    return Measurer(ctx.module, ctx.target, runs=o.measure_runs, warmup=WARMUP, timeout=ctx.timeout)
+
+
+def _modeled(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadline) -> Placed:
+    win = _simulated_best(cands)
+    lines.append(f"kept {win.label} ({ms(win.sim)} simulated): the lowest simulated latency"
+                 + (" (single devices first among equals)" if len(cands) > 1 else ""))
+    gd, src = win.gd, win.name
+    if o.learns(ctx.target):
+        r = _train(o, ctx, win, None, deadline, min_gain=0.0, reserve=0)
+        lines.append(f"learning (simulated reward, hsdag warm-started from {win.name}): {r.evaluations} "
+                     f"placements, stopped: {r.stopped}")
+        if r.best_device_of is not None and r.best_latency < win.sim * (1 - SIM_TIE):
+            gd, src = r.best_device_of, f"learned ({r.best_source})"
+            lines.append(f"kept the learned placement: {ms(r.best_latency)} simulated, "
+                         f"{(1 - r.best_latency / win.sim) * 100:.1f} % below {win.name}")
+        else:
+            lines.append(f"no simulated gain; kept {win.name}")
+        info["stages"] = "candidates,learning"
+    else:
+        lines.append("modeled target: the simulator is the truth and optimal is exact for its cost model, "
+                     "so no learning (--method auto:yes learns)")
+        info["stages"] = "candidates"
+    info.update(chosen=src, report="\n".join(lines))
+    return Placed(np.asarray(gd, np.int16), info)
+
+
+def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], deadline):
+    """Stage 2: (the winner, its measured statistics or None when nothing was measured)."""
+    from hdp.placers import measured
+
+    singles = [c for c in cands if c.single][:o.singles]
+    bar = singles[0].sim * MIXED_CUT if singles else math.inf
+    mixed = [c for c in cands if not c.single and c.sim <= bar][:o.top]
+    final = singles + mixed
+    if len(final) < 2:
+        win = final[0] if final else _simulated_best(cands)
+        lines.append(f"kept {win.name}: the only candidate worth measuring (mixed candidates simulated more "
+                     f"than {MIXED_CUT:g}× the best single device are not measured)")
+        return win, None
+    from hdp.runtime.measure import MeasureError
+
+    plan = measured.plan(o.resolution)
+    n_ops = ctx.problem.n_ops
+    learn = o.learns(ctx.target)
+    t0 = time.monotonic()
+    try:
+        measurer.loaded()  # start the worker and read the model first: the predictions below exclude it
+    except MeasureError as e:
+        win = _simulated_best(cands)
+        lines.append(f"not measured: {e}; kept {win.name} by simulation ({ms(win.sim)})")
+        return win, None
+    note_time("auto: measuring worker start", time.monotonic() - t0)
+    left = _left(deadline)
+    from hdp.placers.measured import run_scale
+
+    scale = run_scale(ctx.module, [(c.name.partition(":")[2], c.sim) for c in cands if c.single]) * RUN_SLACK
+    floor = min((c.sim for c in cands if c.single), default=0.0)  # mixed placements rarely run faster than simulated
+
+    def run_s(c: Cand) -> float:
+        return max(c.sim, floor) * scale
+
+    def predicted(cs):
+        return measured.h2h_seconds([c.compile_estimate(n_ops) for c in cs], [run_s(c) for c in cs],
+                                    plan, measurer.warmup)
+
+    while len(final) > 1 and predicted(final) > left:
+        final.pop()
+    if len(final) < 2:
+        win = _simulated_best(cands)
+        lines.append(f"not measured: {left:.1f} s left of the budget, a head-to-head needs about "
+                     f"{predicted(singles + mixed):.1f} s; kept {win.name} by simulation ({ms(win.sim)})")
+        return win, None
+    h2h_deadline = deadline
+    if deadline is not None:  # leave the learning stage as much time as the comparison may take
+        share = 0.5 if learn else 1.0
+        h2h_deadline = min(deadline, time.monotonic() + max(predicted(final), share * left))
+    names = [c.name for c in final]
+    if learn:  # import torch while the comparison waits on its worker, if learning may get its turn
+        compile_s = final[0].compile_estimate(n_ops)
+        per_eval = compile_s + (measurer.warmup + measurer.runs) * run_s(final[0])
+        after = measured.h2h_seconds([compile_s] * 2, [run_s(final[0])] * 2, plan, measurer.warmup)
+        after_h2h = math.inf if h2h_deadline is None else deadline - h2h_deadline
+        if after_h2h >= after + MIN_LEARN_EVALS * per_eval:
+            _import_learning()
+    t0 = time.monotonic()
+    ch = measured.choose(measurer, ctx.problem, [(c.name, c.gd) for c in final], list(range(len(final))),
+                         p=plan, deadline=h2h_deadline)
+    note_time("auto: head-to-head", time.monotonic() - t0)
+    win = final[ch.winner]
+    if ch.best is None or ch.winner not in ch.medians:
+        lines += ch.lines
+        return win, None
+    lines.append(_summary(final, ch))
+    lines += ch.lines
+    m = ch.best.head.measurements[ch.best.finalists.index(ch.winner)]
+    st = {"median": m.median, "q1": m.q1, "q3": m.q3, "compile": m.compile_seconds, "names": names}
+    return win, st
+
+
+def _summary(final: list[Cand], ch) -> str:
+    """``optimal 11.3 ms (simulated) → measured: kept single:CPU 10.9 ms; optimal equal within noise (±2.0 %)``"""
+    w = final[ch.winner]
+    sims = ", ".join(f"{c.label} {ms(c.sim)}" for c in final if not c.single)
+    parts = []
+    for i, c in enumerate(final):
+        if i == ch.winner:
+            continue
+        cmp_ = ch.comparison(ch.winner, i)
+        parts.append(f"{c.name} {cmp_.describe()}" if cmp_ is not None else f"{c.name} not measured")
+    return ((f"{sims} (simulated) → " if sims else "") + f"measured: kept {w.label} {ms(ch.medians[ch.winner])}; "
+            + "; ".join(parts))
+
+
+def _train(o: Auto, ctx, win: Cand, evaluate, deadline, *, min_gain: float, reserve: float):
+    """The HSDAG policy warm-started from ``win``, trained on ``evaluate`` (None: the simulator)."""
+    t0 = time.monotonic()
+    from hdp.learn.graph import build_learn_graph
+    from hdp.learn.trainer import TrainConfig, train
+
+    note_time("auto: waiting for the torch import", time.monotonic() - t0)
+    t0 = time.monotonic()
+    p = ctx.problem
+    if evaluate is None:
+        from hdp.runtime.simulate import Simulator
+
+        evaluate = Simulator(p).latency
+    lg = build_learn_graph(ctx.module, p)
+    cfg = TrainConfig(episodes=o.episodes, samples=o.samples, lr=o.lr, hidden=o.hidden, deadline=deadline,
+                      reserve_evals=reserve, patience=o.patience, min_gain=min_gain, seed=ctx.seed,
+                      progress=False, top=4)
+    note_time("auto: learning setup", time.monotonic() - t0)
+    t0 = time.monotonic()
+    r = train(lg, evaluate, cfg, warm_start=(win.name, win.gd))
+    note_time("auto: refinement", time.monotonic() - t0)
+    return r
+
+
+def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: list[str], deadline):
+    """Stage 3 on a real target: (device per group, source, median) of a learned placement that
+    beat the winner head to head, or None."""
+    from hdp.placers import measured
+
+    if st is None:
+        lines.append("measured refinement skipped: the winner was not measured, so a gain could not be judged")
+        return None
+    runs = measurer.runs
+    per_eval = st["compile"] + (measurer.warmup + runs) * st["median"]
+    plan = measured.plan(o.resolution)
+    final_cost = measured.h2h_seconds([st["compile"]] * 2, [st["median"]] * 2, plan, measurer.warmup)
+    left = _left(deadline)
+    if left < final_cost + MIN_LEARN_EVALS * per_eval:
+        lines.append(f"measured refinement skipped: {left:.1f} s left of the budget, it needs about "
+                     f"{final_cost + MIN_LEARN_EVALS * per_eval:.1f} s ({per_eval:.1f} s per placement)")
+        return None
+    # the noise of one measured median: ~2 standard errors of the difference of two medians of
+    # `runs` runs, from the winner's interquartile range in the comparison
+    rel_iqr = (st["q3"] - st["q1"]) / st["median"]
+    noise = min(max(0.01, 2.63 * rel_iqr / math.sqrt(runs)), MAX_NOISE)
+    ev = MeasuredEvaluator(measurer, ctx.problem)
+    r = _train(o, ctx, win, ev, None if deadline is None else deadline, min_gain=noise,
+               reserve=final_cost / max(per_eval, 1e-9))
+    base = ev.cost(win.gd)[1]
+    head = (f"measured refinement (hsdag warm-started from {win.name}, {runs} runs per placement): "
+            f"{r.evaluations} placements, stopped: {_stopped(r.stopped, o.patience, noise)}")
+    key = win.gd.tobytes()
+    learned = [(s, gd, lat) for s, gd, lat in r.top if gd.tobytes() != key and s in ("sample", "greedy")]
+    if not learned or not math.isfinite(base) or learned[0][2] >= base * (1 - noise):
+        best = f"best learned {ms(learned[0][2])} vs {ms(base)}" if learned and math.isfinite(base) else "nothing measured"
+        lines.append(f"{head}; {best}: no gain beyond noise (±{noise * 100:.1f} %); kept {win.name}")
+        return None
+    src, gd, lat = learned[0]
+    left = _left(deadline)
+    c, t = ev.cost(gd)
+    need = measured.h2h_seconds([st["compile"], c], [st["median"], t], plan, measurer.warmup)
+    if need > left:
+        lines.append(f"{head}; best learned {ms(lat)} vs {ms(base)}, but no time left to confirm it head to "
+                     f"head ({left:.1f} s left, needs {need:.1f} s); kept {win.name}")
+        return None
+    if deadline is not None:
+        plan = measured.plan(o.resolution, max_seconds=min(plan.max_seconds, max(left - c - st["compile"], 1e-3)))
+    t0 = time.monotonic()
+    ch = measured.choose(measurer, ctx.problem, [(win.name, win.gd), ("learned", gd)], [0], p=plan,
+                         deadline=deadline)
+    note_time("auto: final head-to-head", time.monotonic() - t0)
+    cmp_ = ch.comparison(0, 1)
+    if ch.winner == 1 and cmp_ is not None:
+        lines.append(f"{head}; measured refinement {ms(ch.medians[1])}, {cmp_.describe()} than {win.name} "
+                     f"head to head; kept it")
+        lines += ch.lines
+        return gd, f"learned ({src})", ch.medians[1]
+    verdict = cmp_.describe() if cmp_ is not None else "not measured"
+    lines.append(f"{head}; best learned {ms(lat)} by its own median, head to head: {verdict}; "
+                 f"no gain beyond noise; kept {win.name}")
+    lines += ch.lines
+    return None
+
+
+def _stopped(why: str, patience: int, noise: float) -> str:
+    return {"no gain": f"no further gain beyond noise (±{noise * 100:.1f} %) in the last {patience} placements",
+            "seconds": "the budget", "done": "all episodes"}.get(why, why)
