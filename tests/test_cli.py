@@ -182,3 +182,26 @@ def test_console_script_exit_code(branchy_xml, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [f"hdp: error: {tmp_path / 'x.xml'}: no such file"]
     assert not (tmp_path / "o.xml").exists()
+
+
+def test_heft_then_hsdag_profile_once_and_write_only_under_cache_dir(branchy_xml, tmp_path, monkeypatch):
+    """One profile per (model, target, host, OpenVINO version) whatever the method: the second
+    method's profile row is a cache hit, and nothing lands in the user cache (issue 10). Numba's
+    compiled kernels are not placement data: they stay where hdp.jit put them (see its docstring)."""
+    from hdp.jit import ENV, cache_dir
+
+    monkeypatch.setenv(ENV, cache_dir())
+    home = tmp_path / "home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.setenv("HOME", str(home))
+    cache = tmp_path / "cache"
+    for i, method in enumerate(("heft", "hsdag")):
+        extra = ["--reward", "simulate", "--set", "episodes=1", "--set", "samples=2"] if method == "hsdag" else []
+        r = run("compile", branchy_xml, "-o", tmp_path / f"{method}.xml", "--target", "virtual", "--method", method,
+                *extra, "--cache-dir", cache, "--timings", tmp_path / f"t{i}.json", "--no-compare", "-q")
+        assert r.exit_code == 0, r.output
+    first, second = (json.loads((tmp_path / f"t{i}.json").read_text()) for i in range(2))
+    prof = [[r for r in rows if r["pass"] == "profile" and "stage" not in r] for rows in (first, second)]
+    assert len(prof[0]) == 1 and not prof[0][0]["cache_hit"]
+    assert len(prof[1]) == 1 and prof[1][0]["cache_hit"]
+    assert not home.exists() or not any(p.is_file() for p in home.rglob("*")), list(home.rglob("*"))
