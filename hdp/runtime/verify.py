@@ -64,7 +64,8 @@ def check_target(target: Target) -> tuple[Target, dict[str, str]]:
             continue
         name = f"{STANDIN}{i}"
         devs.append(Device(name=name, kind="real", plugin="CPU", alias=True,
-                           config={"INFERENCE_PRECISION_HINT": "f32"}, description=f"stands in for {d.name}"))
+                           config={"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"},
+                           description=f"stands in for {d.name}"))
         rename[d.name] = name
     return Target(name=f"{target.name}-check", devices=devs, link=target.link), rename
 
