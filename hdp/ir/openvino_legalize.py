@@ -148,12 +148,13 @@ def _clone_chain(out, keep: set, devices: dict, device: str, tag: str):
             for i in inputs:
                 i.replace_source_output(src)
     new_out = copy.get_results()[0].input(0).get_source_output()
+    # the copy's own nodes, listed before its parameters are replaced by the shared sources: after
+    # that, walking the copy would walk on into the original graph (renaming and re-placing it)
+    nodes = [n for n in copy.get_ordered_ops() if n.get_type_name() not in ("Parameter", "Result")]
     for p, (src, _) in zip(copy.get_parameters(), saved):
         for target in list(p.output(0).get_target_inputs()):
             target.replace_source_output(src)
-    for node in copy.get_ordered_ops():
-        if node.get_type_name() in ("Parameter", "Result"):
-            continue
+    for node in nodes:
         node.set_friendly_name(f"{node.get_friendly_name()}/hdp_copy_{tag}")
         for o in node.outputs():
             o.get_tensor().set_names(set())
