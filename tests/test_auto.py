@@ -56,6 +56,8 @@ class FakeMeasurer(Measurer):
     def head_to_head(self, candidates, plan=None, *, warmup=None, deadline=None) -> HeadToHead:
         plan = plan or stats.SequentialPlan()
         k = len(candidates)
+        names = [c.name for c in candidates]
+        assert len(set(names)) == k, f"candidate names must differ (got {names})"  # as Measurer says
         truth = np.array([self.truth(self._gd(c.device_of)) for c in candidates])
         load = np.exp(self.rng.normal(0, 0.05, (self.rounds, 1)))  # drift shared by a round
         times = truth[None, :] * load * np.exp(self.rng.normal(0, self.h2h_sd, (self.rounds, k)))

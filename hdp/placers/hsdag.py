@@ -102,8 +102,12 @@ def final_choice(measurer, ev: MeasuredEvaluator, problem, r, candidates, warm, 
     if warm is not None and math.isfinite(med(warm[1])) and np.asarray(warm[1], np.int16).tobytes() not in seen:
         rivals.append((f"warm:{warm[0]}", np.asarray(warm[1], np.int16), med(warm[1])))
         seen.add(rivals[0][1].tobytes())
-    rivals += [(s, gd, lat) for s, gd, lat in r.top
-               if s in ("sample", "greedy", "resumed") and gd.tobytes() not in seen][:FINAL_LEARNED]
+    learned = []  # distinct placements, named apart (the head-to-head needs distinct names)
+    for s, gd, lat in r.top:
+        if len(learned) < FINAL_LEARNED and s in ("sample", "greedy", "resumed") and gd.tobytes() not in seen:
+            seen.add(gd.tobytes())
+            learned.append((f"{s} {len(learned) + 1}", gd, lat))
+    rivals += learned
     rivals = [x for x in rivals if x[2] < bar]
     if not pref:
         if not rivals:
