@@ -88,3 +88,12 @@ def test_changed_source_is_detected(branchy_xml, tmp_path):
     branchy_xml.with_suffix(".bin").write_bytes(branchy_xml.with_suffix(".bin").read_bytes()[::-1])
     with pytest.raises(InputError, match="changed since it was lowered"):
         write_placed(placed(m, ["CPU"], np.zeros(m.graph.n_ops)), tmp_path / "p.xml")
+
+
+def test_a_modeled_placement_names_the_modeled_devices_it_uses(branchy_xml, tmp_path):
+    """Only GPU used on i9-flex170: the refusal names GPU, not the target's first device."""
+    t = load_target("i9-flex170")
+    m = lower(branchy_xml)
+    out = write_placed(placed(m, t.device_names, np.ones(m.graph.n_ops)), tmp_path / "p.xml", target=t)
+    with pytest.raises(InputError, match=r"placed on GPU, modeled device\(s\) of target 'i9-flex170'"):
+        compile_placed(out)

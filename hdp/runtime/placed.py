@@ -132,6 +132,12 @@ def compile_placed(xml: str | os.PathLike, target: Target | None = None, config:
     t = target or pm.target
     for d in pm.devices:
         t.device(d)  # raises InputError naming an unknown device
+    used = sorted({op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()})
+    modeled = [d for d in used if t.device(d).kind != "real"]
+    if modeled:
+        raise InputError(f"{xml}: placed on {', '.join(modeled)}, modeled device(s) of target '{t.name}'; "
+                         "it cannot run on this host (its latency is the simulated one hdp compile "
+                         "printed)")
     core = core or make_core(t, pm.devices)
     try:
         return core.compile_model(pm.model, hetero_name(pm.devices), dict(config or {}))
