@@ -41,14 +41,29 @@ def device_status(device, available: list[str]) -> str:
     return "absent"
 
 
-def _describe(d) -> str:
+def _cpu_capabilities() -> set[str]:
+    """What this host's CPU plugin can compute in (``OPTIMIZATION_CAPABILITIES``: FP32, BF16, FP16, ...)."""
+    import openvino as ov
+
+    try:
+        return {str(c).upper() for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")}
+    except RuntimeError:
+        return set()
+
+
+def _describe(d, cpu_caps: set[str] = frozenset()) -> str:
     if d.kind == "modeled":
         peak = d.peak_flops.get(d.precision, 0.0)
         return (f"{d.precision} {peak / 1e12:.2f} TFLOP/s x {d.efficiency:g}, {d.memory_bandwidth / 1e9:.1f} GB/s, "
                 f"{d.op_overhead * 1e6:g} us/op")
     cfg = ", ".join(f"{k}={v}" for k, v in d.config.items())
     src = f"alias of {d.plugin}" if d.alias else f"plugin {d.plugin_name}"
-    return src + (f"; {cfg}" if cfg else "")
+    hint = str(d.config.get("INFERENCE_PRECISION_HINT", "")).upper()
+    note = ""
+    if cpu_caps and d.plugin_name == "CPU" and hint in ("BF16", "F16") and \
+            {"BF16": "BF16", "F16": "FP16"}[hint] not in cpu_caps:
+        note = f" (this host's CPU has no {hint}: it runs f32)"
+    return src + (f"; {cfg}" if cfg else "") + note
 
 
 @click.command("targets")
@@ -73,11 +88,12 @@ def targets_cmd(as_json):
                         "devices": [dict(msgspec.to_builtins(d), status=s) for d, s in devs]})
         click.echo(json.dumps(out, indent=2))
         return
+    caps = _cpu_capabilities()
     for t, devs in rows:
         click.echo(f"{t.name}: {t.description}")
         for d, status in devs:
             shown = "-" if status == "modeled" else status
-            click.echo(f"  {d.name:<8} {d.kind:<8} {shown:<8} {_describe(d)}")
+            click.echo(f"  {d.name:<8} {d.kind:<8} {shown:<8} {_describe(d, caps)}")
         ln = t.link
         click.echo(f"  link: {ln.latency * 1e6:g} us + bytes / {ln.bandwidth / 1e9:g} GB/s; "
                    f"{ln.subgraph_overhead * 1e6:g} us per subgraph")

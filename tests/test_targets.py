@@ -100,3 +100,17 @@ def test_targets_command():
     assert [d["status"] for d in data["virtual"]["devices"]] == ["present", "present"]
     assert [d["status"] for d in data["i9-flex170"]["devices"]] == ["modeled", "modeled"]
     assert data["host"]["devices"][0]["name"] == "CPU"
+
+
+@pytest.mark.parametrize("caps,said", [({"FP32", "INT8"}, True), ({"FP32", "BF16", "FP16"}, False)])
+def test_targets_says_when_the_host_runs_a_bf16_device_in_f32(monkeypatch, caps, said):
+    """virtual's CPU_B asks for bf16; a CPU without BF16 runs it in f32, and the two devices are then
+    the same plugin in the same precision: hdp targets says so (a new user could not tell)."""
+    from hdp import cli_runtime
+
+    monkeypatch.setattr(cli_runtime, "_cpu_capabilities", lambda: caps)
+    r = CliRunner().invoke(main, ["targets"])
+    assert r.exit_code == 0, r.output
+    text = r.output.split("\nvirtual:", 1)[1]
+    cpu_b = next(ln for ln in text.splitlines() if ln.startswith("  CPU_B"))
+    assert ("has no BF16: it runs f32" in cpu_b) is said, cpu_b
