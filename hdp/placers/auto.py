@@ -351,7 +351,7 @@ def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: 
                reserve=final_cost / max(per_eval, 1e-9))
     base = ev.cost(win.gd)[1]
     head = (f"measured refinement (hsdag warm-started from {win.name}, {runs} runs per placement): "
-            f"{r.evaluations} placements, stopped: {_stopped(r.stopped, o.patience, noise)}")
+            f"{r.evaluations} distinct placements measured, stopped: {_stopped(r.stopped, o.patience, noise)}")
     key = win.gd.tobytes()
     learned = [(s, gd, lat) for s, gd, lat in r.top if gd.tobytes() != key and s in ("sample", "greedy")]
     if not learned or not math.isfinite(base) or learned[0][2] >= base * (1 - noise):
@@ -386,5 +386,6 @@ def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: 
 
 
 def _stopped(why: str, patience: int, noise: float) -> str:
-    return {"no gain": f"no further gain beyond noise (±{noise * 100:.1f} %) in the last {patience} placements",
+    return {"no gain": f"no further gain beyond noise (±{noise * 100:.1f} %) in the last {patience} placements "
+                       f"sampled (repeats included)",
             "seconds": "the budget", "done": "all episodes"}.get(why, why)
