@@ -35,7 +35,7 @@ learn          auto     ``auto`` (learn on real targets), ``yes``, ``no``
 budget         30       seconds for the whole placement; 0 = no limit
 top            2        mixed candidates measured head to head
 singles        2        single-device candidates measured head to head
-resolution     0.03     head to head: measure until differences this large are resolved
+resolution     0.05     head to head: measure until differences this large are resolved
 measure_runs   5        timed runs per placement measured while learning
 patience       8        stop learning after this many placements without a gain beyond noise
 episodes       50       policy updates at most

@@ -158,7 +158,10 @@ class Auto(PlacerOptions, tag="auto"):
     budget: float = 30.0  # seconds for the whole placement (profile excluded), 0 = no limit
     top: int = 2  # mixed candidates measured head to head with the best single devices
     singles: int = 2  # single-device candidates measured head to head
-    resolution: float = 0.03  # head to head: measure until differences of this size are resolved
+    # head to head: measure until differences of this size are resolved. Not finer than what a
+    # head-to-head can see: two compiled instances of one graph differ by up to ~5 % here, and the
+    # calibrated simulator's held-out error is 5.1 % (bench/README.md, Calibration)
+    resolution: float = 0.05
     measure_runs: int = 5  # timed runs per placement measured while learning (median)
     patience: int = 8  # stop learning after this many placements without a gain beyond noise
     episodes: int = 50
