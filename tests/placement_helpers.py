@@ -8,6 +8,23 @@ from hdp.ir.build import graph_from_edges
 from hdp.ir.types import Array, Costs, Module, Op, Support
 from hdp.placement.problem import PlacementProblem, build_problem
 
+#: a modeled two-device target (TOML) for tests that need one written to a file
+MODELED_TOML = """
+name = "m2"
+[[devices]]
+name = "A"
+kind = "modeled"
+peak_flops = { f32 = 1e12 }
+memory_bandwidth = 1e11
+op_overhead = 5e-6
+[[devices]]
+name = "B"
+kind = "modeled"
+peak_flops = { f32 = 4e12 }
+memory_bandwidth = 3e11
+op_overhead = 2e-5
+"""
+
 LAT, BW, OVH = 1e-3, 1e3, 1e-2  # one copy of b bytes: 1e-3 + b * 1e-3 seconds
 
 

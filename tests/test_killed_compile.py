@@ -18,25 +18,11 @@ import pytest
 
 from hdp.fsutil import KILL_ENV, is_temp
 from hdp.runtime.worker import FAULT_ENV, PARENT_ENV
+from placement_helpers import MODELED_TOML as MODELED
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELED = """
-name = "m2"
-[[devices]]
-name = "A"
-kind = "modeled"
-peak_flops = { f32 = 1e12 }
-memory_bandwidth = 1e11
-op_overhead = 5e-6
-[[devices]]
-name = "B"
-kind = "modeled"
-peak_flops = { f32 = 4e12 }
-memory_bandwidth = 3e11
-op_overhead = 2e-5
-"""
 
 
 def _env(**extra) -> dict:

@@ -20,23 +20,9 @@ from hdp.cli import main
 from hdp.errors import InputError
 from hdp.fsutil import KILL_ENV, is_temp, temp_name
 from hdp.ir import serde
+from placement_helpers import MODELED_TOML as MODELED
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELED = """
-name = "m2"
-[[devices]]
-name = "A"
-kind = "modeled"
-peak_flops = { f32 = 1e12 }
-memory_bandwidth = 1e11
-op_overhead = 5e-6
-[[devices]]
-name = "B"
-kind = "modeled"
-peak_flops = { f32 = 4e12 }
-memory_bandwidth = 3e11
-op_overhead = 2e-5
-"""
 
 
 def run(*args):
