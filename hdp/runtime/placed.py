@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -32,6 +32,7 @@ class PlacedModel:
     devices: list[str]
     method: str
     target: Target
+    used: list[str] = field(default_factory=list)  # the devices some op is placed on
 
 
 def _model_info(model, key: str) -> str | None:
@@ -120,7 +121,7 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
             raise InputError(f"{xml}: invalid hdp target record: {e}") from None
     else:
         target = devices_target(devs)
-    return PlacedModel(model=model, devices=devs, method=method, target=target)
+    return PlacedModel(model=model, devices=devs, method=method, target=target, used=list(used))
 
 
 def compile_placed(xml: str | os.PathLike, target: Target | None = None, config: dict | None = None,
@@ -132,8 +133,7 @@ def compile_placed(xml: str | os.PathLike, target: Target | None = None, config:
     t = target or pm.target
     for d in pm.devices:
         t.device(d)  # raises InputError naming an unknown device
-    used = sorted({op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()})
-    modeled = [d for d in used if t.device(d).kind != "real"]
+    modeled = [d for d in pm.used if t.device(d).kind != "real"]
     if modeled:
         raise InputError(f"{xml}: placed on {', '.join(modeled)}, modeled device(s) of target '{t.name}'; "
                          "it cannot run on this host (its latency is the simulated one hdp compile "
