@@ -342,7 +342,12 @@ def test_cache_scope_decides_where_measurements_go(tiny, virtual, tmp_path, monk
 def test_cli_writes_nothing_outside_cache_dir(tiny, virtual, tmp_path, monkeypatch, mlp_xml):
     """compile with measured-reward hsdag, evaluate and profile, with --cache-dir or --no-cache:
     the user cache stays empty (with --no-cache, hsdag's Measurer has no cache: see
-    test_cache_scope_decides_where_measurements_go)."""
+    test_cache_scope_decides_where_measurements_go). Numba's compiled kernels are code, not data:
+    they stay where hdp.jit put them (set here, or a first kernel in this process would follow
+    the patched XDG_CACHE_HOME)."""
+    from hdp.jit import ENV, cache_dir
+
+    monkeypatch.setenv(ENV, cache_dir())
     home = tmp_path / "home-cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     cache = tmp_path / "c"
