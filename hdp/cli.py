@@ -345,8 +345,11 @@ def show_cmd(file):
 @click.argument("name", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model .xml.")
 @click.option("--list", "listing", is_flag=True, help="List the models, their shapes and weight formats.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache root; generated models are kept under <cache-dir>/zoo (default: ~/.cache/hdp).")
+@click.option("--no-cache", is_flag=True, help="Generate the model afresh and keep no copy.")
 @user_errors
-def zoo_cmd(name, output, listing):
+def zoo_cmd(name, output, listing, cache_dir, no_cache):
     """Write a benchmark model with random weights: NAME[:OPTION,...], e.g. resnet50,
     gpt2-tiny:dynamic, llama-tiny:stateful,int4 (see --list)."""
     from hdp import zoo
@@ -361,7 +364,7 @@ def zoo_cmd(name, output, listing):
     if not output:
         raise click.UsageError("-o/--output is required to write a model")
     check_paths(outputs={"-o": output})
-    path = zoo.export(name, output)
+    path = zoo.export(name, output, cache_root=cache_dir, use_cache=not no_cache)
     click.echo(f"{name} -> {path}")
 
 

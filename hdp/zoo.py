@@ -214,19 +214,28 @@ def parse(name: str, *, shape: str | None = None, weights: str | None = None,
     return Spec(model.name, spec_shape, spec_weights, spec_group)
 
 
-def export(name: str, output: str | os.PathLike, **variant: Any) -> Path:
+def export(name: str, output: str | os.PathLike, *, cache_root: str | os.PathLike | None = None,
+           use_cache: bool = True, **variant: Any) -> Path:
     """Write zoo model ``name`` (``MODEL[:OPTION,...]``) to ``output`` (an ``.xml``; weights go to ``.bin``).
 
     ``variant`` keywords (``shape``, ``weights``, ``group_size``) override the name's options. Generates
-    the model on first use and reuses the cached IR afterwards. Both files are replaced atomically, the
-    ``.bin`` first, so a reader never pairs a new ``.xml`` with old weights. Raises InputError for an
-    unknown name or option, a non-``.xml`` output or a missing optional dependency.
+    the model on first use and reuses the cached IR afterwards, under ``<cache_root>/zoo`` (default: the
+    hdp cache); ``use_cache=False`` generates it in a temporary directory and keeps nothing. Both files
+    are replaced atomically, the ``.bin`` first, so a reader never pairs a new ``.xml`` with old
+    weights. Raises InputError for an unknown name or option, a non-``.xml`` output or a missing
+    optional dependency.
     """
     spec = parse(name, **variant)
     out = Path(output)
     if out.suffix.lower() != ".xml":
         raise InputError(f"{out}: the output of 'hdp zoo' must be an OpenVINO .xml path")
-    xml = cached(spec)
+    if not use_cache:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="hdp-zoo-") as d:
+            _copy_ir(cached(spec, d), out)
+        return out
+    xml = cached(spec, None if cache_root is None else Path(cache_root) / "zoo")
     _copy_ir(xml, out)
     return out
 

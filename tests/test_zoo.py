@@ -638,3 +638,23 @@ def test_tiny_variants_make_no_network_access():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "NETWORK" not in out.stderr, out.stderr[-2000:]
+
+
+def test_zoo_command_honours_cache_dir_and_no_cache(tmp_path, cache_home, tiny_zoo):
+    """`hdp zoo` keeps a generated model under <--cache-dir>/zoo, and with --no-cache keeps none
+    (nothing under the user's cache either way)."""
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    run = CliRunner().invoke
+    r = run(main, ["zoo", "mobilenet_v2", "-o", str(tmp_path / "a.xml"), "--cache-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    (entry,) = (tmp_path / "c" / "zoo").iterdir()
+    assert (entry / "model.xml").read_bytes() == (tmp_path / "a.xml").read_bytes()
+    r = run(main, ["zoo", "mobilenet_v2", "-o", str(tmp_path / "b.xml"), "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "b.bin").read_bytes() == (tmp_path / "a.bin").read_bytes()
+    assert _op_counts(tmp_path / "b.xml") == _op_counts(tmp_path / "a.xml")
+    assert tiny_zoo == [1, 1]  # generated afresh, not taken from a cache
+    assert not cache_home.exists()
