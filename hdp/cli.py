@@ -213,7 +213,7 @@ def _simulated_line(module, tgt) -> str:
         module.partition.extra_ties is not None else ()
     p = problem_of(module, pl.devices, ties)
     sim = Simulator(p)
-    singles = {p.devices[j]: sim.latency(p.single(j)) for j in range(p.n_devices) if p.allowed[:, j].all()}
+    singles = {p.devices[j]: t for j, t in sim.singles().items()}
     best = min(singles, key=singles.get) if singles else None
     label = "simulated" if not tgt.is_real else "simulated by the cost model (not measured)"
     one = f"best single device {best} {singles[best] * 1e3:.3f} ms" if best else "no single device runs every op"

@@ -117,5 +117,5 @@ def best_single_device(problem: PlacementProblem) -> int:
         return whole[0]
     from hdp.runtime.simulate import Simulator
 
-    sim = Simulator(problem)
-    return min(whole, key=lambda d: sim.latency(problem.single(d)))
+    singles = Simulator(problem).singles()
+    return min(singles, key=singles.get)

@@ -270,10 +270,11 @@ def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict) -> np.ndar
     faster than it by at least ``margin``."""
     if np.unique(gdev).size < 2:
         return gdev
-    singles = [(sim.latency(p.single(d)), d) for d in range(p.n_devices) if p.allowed[:, d].all()]
+    singles = sim.singles()
     if not singles:
         return gdev
-    lat_single, d = min(singles)
+    d = min(singles, key=singles.get)
+    lat_single = singles[d]
     lat = sim.latency(gdev)
     gain = 1.0 - lat / lat_single if lat_single > 0 else 0.0
     info.update(predicted_gain=gain, margin=margin)

@@ -58,7 +58,7 @@ def first_estimate(ctx, measurer) -> float:
 
     p = ctx.problem
     sim = Simulator(p)
-    singles = [(d, sim.latency(p.single(j))) for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
+    singles = [(p.devices[j], t) for j, t in sim.singles().items()]
     run = min((t for _, t in singles), default=p.lower_bound()) * run_scale(ctx.module, singles) * RUN_SLACK
     return compile_estimate(p.n_ops) + (measurer.warmup + measurer.runs) * run
 

@@ -120,6 +120,11 @@ class Simulator:
         comp, copy, nsub = self.terms(group_device)
         return comp + copy + self.overhead * nsub
 
+    def singles(self) -> dict[int, float]:
+        """Latency of every op on one device, for each device that can run every group (in device order)."""
+        p = self.problem
+        return {j: self.latency(p.single(j)) for j in range(p.n_devices) if p.allowed[:, j].all()}
+
     def latencies(self, matrix: np.ndarray) -> np.ndarray:
         """Sequential latency of every row of a (placements x groups) matrix."""
         d = self._check(np.atleast_2d(matrix))
