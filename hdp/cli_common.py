@@ -200,6 +200,19 @@ _DUMP_RE = re.compile(r"^\d\d-.+\.hdp$")
 _MAY_SHARE = {("--set checkpoint", "--policy"), ("--set checkpoint", "--set policy")}
 
 
+def _with_weights(paths: dict[str, object] | None) -> list[tuple[str, Path]]:
+    """(label, path) of the given paths, each ``.xml`` followed by the ``.bin`` beside it."""
+    out: list[tuple[str, Path]] = []
+    for label, p in (paths or {}).items():
+        if p is None or str(p) == "":
+            continue
+        p = Path(p)
+        out.append((label, p))
+        if p.suffix.lower() == ".xml":
+            out.append((f"{label} (its weights)", p.with_suffix(".bin")))
+    return out
+
+
 def check_paths(inputs: dict[str, object] | None = None, outputs: dict[str, object] | None = None,
                 out_dirs: dict[str, object] | None = None) -> None:
     """Refuse, before any work, outputs that would overwrite an input or each other, or that
@@ -212,22 +225,7 @@ def check_paths(inputs: dict[str, object] | None = None, outputs: dict[str, obje
     """
     from hdp.fsutil import clean_stale
 
-    ins: list[tuple[str, Path]] = []
-    for label, p in (inputs or {}).items():
-        if p is None or str(p) == "":
-            continue
-        p = Path(p)
-        ins.append((label, p))
-        if p.suffix.lower() == ".xml":
-            ins.append((f"{label} (its weights)", p.with_suffix(".bin")))
-    outs: list[tuple[str, Path]] = []
-    for label, p in (outputs or {}).items():
-        if p is None or str(p) == "":
-            continue
-        p = Path(p)
-        outs.append((label, p))
-        if p.suffix.lower() == ".xml":
-            outs.append((f"{label} (its weights)", p.with_suffix(".bin")))
+    ins, outs = _with_weights(inputs), _with_weights(outputs)
     dirs = [(label, Path(p)) for label, p in (out_dirs or {}).items() if p is not None and str(p) != ""]
 
     in_ids = [(label, p, _identity(p)) for label, p in ins]
