@@ -10,17 +10,14 @@ import msgspec
 
 from hdp.cli_cache import cache_group
 from hdp.cli_calibrate import calibrate_cmd
-from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
-                             target_from, target_path, timeout_option, user_errors, with_options)
+from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
+                             shape_request, target_from, target_path, timeout_option, user_errors, with_options)
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
 
 
-cache_options = [
-    click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-                 help="Cache directory for passes and measurements (default: ~/.cache/hdp)."),
-    click.option("--no-cache", is_flag=True, help="Do not read or write the pass or measurement caches."),
-]
+pass_cache_options = cache_options("passes and measurements are cached there",
+                                   "Do not read or write the pass or measurement caches.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,7 +56,7 @@ def main():
                    "which is faster (real targets only; skipped with --quiet).")
 @click.option("--quiet", "-q", is_flag=True)
 @timeout_option
-@with_options(cache_options)
+@with_options(pass_cache_options)
 @user_errors
 @cache_scoped
 def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
@@ -256,7 +253,7 @@ def _parse_sets(sets) -> dict:
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None)
 @timeout_option
-@with_options(cache_options)
+@with_options(pass_cache_options)
 @user_errors
 @cache_scoped
 def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache_dir, no_cache):
@@ -345,9 +342,8 @@ def show_cmd(file):
 @click.argument("name", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model .xml.")
 @click.option("--list", "listing", is_flag=True, help="List the models, their shapes and weight formats.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Cache root; generated models are kept under <cache-dir>/zoo (default: ~/.cache/hdp).")
-@click.option("--no-cache", is_flag=True, help="Generate the model afresh and keep no copy.")
+@with_options(cache_options("generated models are kept under <cache-dir>/zoo",
+                            "Generate the model afresh and keep no copy."))
 @user_errors
 def zoo_cmd(name, output, listing, cache_dir, no_cache):
     """Write a benchmark model with random weights: NAME[:OPTION,...], e.g. resnet50,

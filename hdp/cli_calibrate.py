@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
-                             target_from, target_path, timeout_option, user_errors, with_options)
+from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
+                             shape_request, target_from, target_path, timeout_option, user_errors, with_options)
 
 
 def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
@@ -45,9 +45,8 @@ def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Also write the calibration (parameters and every observation) as JSON.")
 @timeout_option
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Cache root; the calibration is stored under <cache-dir>/calibrate (default: ~/.cache/hdp).")
-@click.option("--no-cache", is_flag=True, help="Store nothing and use no stored observation (print only).")
+@with_options(cache_options("the calibration is stored under <cache-dir>/calibrate",
+                            "Store nothing and use no stored observation (print only)."))
 @user_errors
 @cache_scoped
 def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout, fit_random, resolution, max_seconds,

@@ -108,6 +108,14 @@ shape_options = [
 ]
 
 
+def cache_options(stored: str, no_cache: str) -> list:
+    """``--cache-dir`` and ``--no-cache``, with what this command keeps there and what ``--no-cache``
+    means for it (use with :func:`with_options`)."""
+    return [click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                         help=f"Cache root; {stored} (default: ~/.cache/hdp)."),
+            click.option("--no-cache", is_flag=True, help=no_cache)]
+
+
 def with_options(opts):
     """Apply a list of click options to a command, in order."""
     def deco(fn):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import (cache_scoped, check_paths, pass_cache, runtime_options, shape_options, shape_request,
-                             target_from, target_path, user_errors, with_options)
+from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
+                             shape_request, target_from, target_path, user_errors, with_options)
 
 
 def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
@@ -121,9 +121,7 @@ def targets_cmd(as_json):
 @click.option("--max-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --plain: at most this long running interleaved rounds (compiles excluded).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in seconds).")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Cache directory; measurements go to <cache-dir>/measure (default: ~/.cache/hdp).")
-@click.option("--no-cache", is_flag=True, help="Measure again and cache nothing.")
+@with_options(cache_options("measurements go to <cache-dir>/measure", "Measure again and cache nothing."))
 @user_errors
 @cache_scoped
 def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resolution, max_seconds, as_json,
@@ -229,9 +227,7 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
                    "devices within this many seconds (0: always --runs).")
 @with_options(shape_options)
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Print the N costliest ops.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Pass cache directory (default: ~/.cache/hdp).")
-@click.option("--no-cache", is_flag=True, help="Do not read or write the pass cache (profile again).")
+@with_options(cache_options("the pass cache is there", "Do not read or write the pass cache (profile again)."))
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds a device may take to answer the support query, or to compile and run the "
                    "model, before its worker is killed (default 600).")
