@@ -359,7 +359,7 @@ def zoo_cmd(name, output, listing, cache_dir, no_cache):
         return
     if not output:
         raise click.UsageError("-o/--output is required to write a model")
-    check_paths(outputs={"-o": output})
+    check_paths(outputs={"-o": output}, out_dirs={"--cache-dir": None if no_cache else cache_dir})
     path = zoo.export(name, output, cache_root=cache_dir, use_cache=not no_cache)
     click.echo(f"{name} -> {path}")
 

@@ -658,3 +658,15 @@ def test_zoo_command_honours_cache_dir_and_no_cache(tmp_path, cache_home, tiny_z
     assert _op_counts(tmp_path / "b.xml") == _op_counts(tmp_path / "a.xml")
     assert tiny_zoo == [1, 1]  # generated afresh, not taken from a cache
     assert not cache_home.exists()
+
+
+def test_zoo_command_refuses_a_cache_dir_under_a_file(tmp_path, cache_home, tiny_zoo):
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    (tmp_path / "f").write_text("x")
+    r = CliRunner().invoke(main, ["zoo", "mobilenet_v2", "-o", str(tmp_path / "a.xml"),
+                                  "--cache-dir", str(tmp_path / "f" / "sub")])
+    assert r.exit_code == 2 and "cannot be created" in r.output and "Traceback" not in r.output, r.output
+    assert tiny_zoo == [] and not (tmp_path / "a.xml").exists()
