@@ -311,7 +311,7 @@ class Generation:
     logits: list  # steps + 1 arrays [batch, vocab], float32
 
 
-def generate(compiled, input_ids, steps: int = 4) -> Generation:
+def generate(compiled, input_ids, steps: int = 4, follow=None) -> Generation:
     """Greedy decoding: a prefill of ``input_ids`` ([batch, prompt], int) then ``steps`` single-token steps.
 
     ``compiled`` is an ``ov.CompiledModel`` of a causal LM from the zoo or optimum-intel (inputs
@@ -321,6 +321,10 @@ def generate(compiled, input_ids, steps: int = 4) -> Generation:
     without state recomputes the whole sequence each step (a reference to compare a stateful one with).
     Compile with ``KV_CACHE_PRECISION: f32`` for exact comparisons (the CPU plugin's default u8 KV cache
     moves the logits of a tiny Llama by ~0.03).
+
+    ``follow`` (``[batch, >= steps]`` ints, e.g. another run's ``tokens``) feeds those tokens instead of
+    this model's own argmax, so two compiles can be compared step by step on one sequence even where
+    reduced precision flips a near-tie (greedy decoding diverges from there on).
     """
     import numpy as np
 
@@ -335,6 +339,10 @@ def generate(compiled, input_ids, steps: int = 4) -> Generation:
     request = compiled.create_infer_request()
     stateful = bool(request.query_state())
     request.reset_state()
+    if follow is not None:
+        follow = np.asarray(follow, dtype=np.int64)
+        if follow.ndim != 2 or follow.shape[0] != batch or follow.shape[1] < steps:
+            raise InputError(f"generate: follow must be [batch={batch}, >= {steps}] tokens; got shape {follow.shape}")
 
     def run(step_ids, past: int):
         total = past + step_ids.shape[1]
@@ -349,8 +357,8 @@ def generate(compiled, input_ids, steps: int = 4) -> Generation:
 
     sequence = ids
     logits = [run(ids, 0)]
-    for _ in range(steps):
-        token = logits[-1].argmax(-1).astype(np.int64)[:, None]
+    for i in range(steps):
+        token = (logits[-1].argmax(-1) if follow is None else follow[:, i]).astype(np.int64)[:, None]
         if stateful:
             logits.append(run(token, sequence.shape[1]))
         else:

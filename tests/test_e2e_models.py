@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from hdp import zoo
 from hdp.cli import main
 from hdp.runtime.placed import compile_placed
+from hdp.runtime.verify import TOLERANCE_REDUCED
 
 #: bf16 on CPU_B where the host supports it (this tolerance also covers f32 reorderings).
 BF16 = dict(rtol=5e-2, atol=5e-2)
@@ -68,12 +69,21 @@ def cnn_feeds(model_xml):
     return [{0: rng.standard_normal([b] + shape[1:]).astype(np.float32)} for b in (1, 3)]
 
 
+def relative_error(a, b) -> float:
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(np.asarray(b, np.float64)))
+
+
 def check_generation(placed_xml, original):
+    """The placed LLM's logits at every step against the plain f32 compile's, both fed the plain
+    compile's greedy tokens, within what `hdp compile` promises when a device runs bf16 or keeps a u8
+    KV cache: a relative L2 error of TOLERANCE_REDUCED. (Elementwise tolerances do not fit here: on a
+    CI host, bf16 with int4 weights moved single logits of a random tiny Llama by up to 0.1 where the
+    logits reach 4.2, beyond rtol=atol=5e-2; and greedy tokens diverge at the first flipped near-tie.)"""
     ids = np.random.default_rng(0).integers(1, 100, (1, 6))
     want = zoo.generate(plain(original), ids, steps=4)
-    got = zoo.generate(compile_placed(placed_xml), ids, steps=4)
-    for a, b in zip(got.logits, want.logits):
-        np.testing.assert_allclose(a, b, **BF16)
+    got = zoo.generate(compile_placed(placed_xml), ids, steps=4, follow=want.tokens)
+    errors = [relative_error(a, b) for a, b in zip(got.logits, want.logits)]
+    assert max(errors) <= TOLERANCE_REDUCED, errors
 
 
 #: zoo export -> what to run it with (the FP16 CNN with a dynamic batch, to run at two batch sizes)

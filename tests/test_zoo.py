@@ -396,6 +396,25 @@ def test_generate_carries_state_like_recomputing():
         zoo.generate(stateful, np.zeros((2, 0), np.int64))
 
 
+def test_generate_follows_given_tokens():
+    """``follow`` feeds given tokens instead of the argmax: step 1's logits are those of a prefill of
+    the prompt plus the first given token."""
+    import openvino as ov
+
+    core = ov.Core()
+    stateful = core.compile_model(_running_sum_lm(True), "CPU")
+    stateless = core.compile_model(_running_sum_lm(False), "CPU")
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    forced = np.array([[7, 0, 7], [0, 7, 0]])
+    got = zoo.generate(stateful, prompt, steps=3, follow=forced)
+    assert not np.array_equal(got.tokens[:, :3], forced)  # not what it would have picked itself
+    for i in range(1, 4):
+        prefill = zoo.generate(stateless, np.concatenate([prompt, forced[:, :i]], axis=1), steps=0)
+        np.testing.assert_allclose(got.logits[i], prefill.logits[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(InputError, match=r"follow must be \[batch=2, >= 3\]"):
+        zoo.generate(stateful, prompt, steps=3, follow=forced[:1])
+
+
 # --- tiny real exports (slow: torch/transformers/keras import and a few seconds per model) ------------
 
 TINY_LMS = ("gpt2-tiny", "llama-tiny", "qwen2-tiny")
