@@ -204,6 +204,33 @@ def test_best_of_identical_candidates_keeps_the_preferred():
     assert winners.count(1) >= 95, winners
 
 
+def test_anchored_plan_answers_equal_candidates_in_fewer_rounds_and_keeps_the_preferred():
+    """Anchored (auto's head-to-head): the rounds stop once no candidate can beat the preferred one
+    by the resolution; with three equal candidates that takes far fewer rounds than resolving every
+    difference to the same resolution, and the preferred one is still kept."""
+    plain, anchored = SequentialPlan(resolution=0.05, max_seconds=1e9), SequentialPlan(resolution=0.05, max_seconds=1e9,
+                                                                                      anchor=1)
+    rounds, winners = {"plain": [], "anchored": []}, []
+    for seed in range(40):
+        for name, plan in (("plain", plain), ("anchored", anchored)):
+            times, reason = _run([0.010, 0.010, 0.010], 4000 + seed, plan)
+            rounds[name].append(times.shape[0])
+            if name == "anchored":
+                assert reason.startswith("none can beat the preferred candidate by 5 %"), reason
+                winners.append(select_best(times, ["x", "y", "z"], preference=[1, 0]).winner)
+    assert np.median(rounds["anchored"]) * 2 < np.median(rounds["plain"]), rounds
+    assert winners.count(1) >= 38, winners
+
+
+def test_anchored_plan_still_finds_a_candidate_that_beats_the_anchor():
+    winners = []
+    for seed in range(40):
+        times, reason = _run([0.010, 0.010, 0.0092], 5000 + seed, SequentialPlan(resolution=0.05, max_seconds=1e9, anchor=0))
+        assert not reason.startswith("none can beat"), reason
+        winners.append(select_best(times, ["single:CPU", "optimal", "refined"], preference=[0]).winner)
+    assert winners.count(2) >= 38, winners
+
+
 def test_best_of_keeps_a_candidate_that_beats_the_preferred():
     winners = []
     for seed in range(100):

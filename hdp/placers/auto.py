@@ -9,7 +9,9 @@ not counted; ``hdp compile`` states it separately):
 2. **On a real target, measured head to head** (:mod:`hdp.placers.measured`): the ``singles``
    best single devices and the ``top`` best mixed candidates by simulation (mixed ones simulated
    more than :data:`MIXED_CUT` × the best single device are left out: no simulator error seen
-   makes up that much) run interleaved until the differences are resolved to ``resolution``.
+   makes up that much) run interleaved until none can beat the most preferred one by
+   ``resolution`` (a one-sided question, answered in about a quarter of the rounds a two-sided
+   ``resolution`` interval needs), or the differences are resolved to ``resolution``.
    The preference order is single devices first (by simulated latency), then mixed candidates:
    the fastest is kept only when it beats every more preferred candidate beyond noise, so the
    best single device is kept whenever the others are equal within noise. When the budget cannot
@@ -35,7 +37,7 @@ learn          auto     ``auto`` (learn on real targets), ``yes``, ``no``
 budget         30       seconds for the whole placement; 0 = no limit
 top            2        mixed candidates measured head to head
 singles        2        single-device candidates measured head to head
-resolution     0.05     head to head: measure until differences this large are resolved
+resolution     0.05     head to head: measure until no gain this large over the preferred one is possible
 measure_runs   5        timed runs per placement measured while learning
 patience       8        stop learning after this many placements without a gain beyond noise
 episodes       50       policy updates at most
@@ -274,7 +276,7 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
             _import_learning()
     t0 = time.monotonic()
     ch = measured.choose(measurer, ctx.problem, [(c.name, c.gd) for c in final], list(range(len(final))),
-                         p=plan, deadline=h2h_deadline)
+                         p=plan, deadline=h2h_deadline, anchored=True)
     note_time("auto: head-to-head", time.monotonic() - t0)
     win = final[ch.winner]
     if ch.best is None or ch.winner not in ch.medians:
@@ -370,7 +372,7 @@ def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: 
         plan = measured.plan(o.resolution, max_seconds=min(plan.max_seconds, max(left - c - st["compile"], 1e-3)))
     t0 = time.monotonic()
     ch = measured.choose(measurer, ctx.problem, [(win.name, win.gd), ("learned", gd)], [0], p=plan,
-                         deadline=deadline)
+                         deadline=deadline, anchored=True)
     note_time("auto: final head-to-head", time.monotonic() - t0)
     cmp_ = ch.comparison(0, 1)
     if ch.winner == 1 and cmp_ is not None:

@@ -136,16 +136,19 @@ class Choice:
 
 
 def choose(measurer, problem, named: Sequence[tuple[str, np.ndarray]], preference: Sequence[int], *,
-           p: stats.SequentialPlan, deadline: float | None) -> Choice:
+           p: stats.SequentialPlan, deadline: float | None, anchored: bool = False) -> Choice:
     """Measure ``named`` placements (name, device per tie group) head to head and choose one;
     ``preference`` (indices, most preferred first) decides among those equal within noise. When
-    nothing could be measured, the first preferred placement is kept, and the lines say so."""
+    nothing could be measured, the first preferred placement is kept, and the lines say so.
+    ``anchored``: stop measuring once nothing can beat the first preferred placement by the plan's
+    resolution (see :meth:`hdp.runtime.measure.Measurer.best_of`)."""
     from hdp.runtime.measure import MeasureError, placed
 
     cands = [placed(problem.op_devices(gd), problem.devices, name) for name, gd in named]
     t0 = time.monotonic()
     try:
-        best = measurer.best_of(cands, preference=list(preference), top=len(cands), plan=p, deadline=deadline)
+        best = measurer.best_of(cands, preference=list(preference), top=len(cands), plan=p, deadline=deadline,
+                               anchored=anchored)
     except MeasureError as e:
         keep = preference[0] if preference else 0
         return Choice(keep, [f"could not measure the candidates ({e}); kept {named[keep][0]}"],

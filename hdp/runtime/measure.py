@@ -808,8 +808,11 @@ class Measurer:
             t0 = time.monotonic()
             if deadline is not None:
                 plan = msgspec.structs.replace(plan, max_seconds=max(1e-3, min(plan.max_seconds, deadline - t0)))
+            run_plan = plan  # the anchor indexes the candidates; the rounds run only those that compiled
+            if plan.anchor >= 0:
+                run_plan = msgspec.structs.replace(plan, anchor=ok.index(plan.anchor) if plan.anchor in ok else -1)
             try:
-                times, reason = stats.run_sequential(plan, len(ok), run_rounds)
+                times, reason = stats.run_sequential(run_plan, len(ok), run_rounds)
             except _OutOfTime:  # before the plan's first look: keep what ran (an interval may not be possible)
                 times = np.asarray(done[plan.discard:], np.float64).reshape(-1, len(ok))
                 reason = f"time budget ({times.shape[0]} rounds)"
@@ -842,7 +845,7 @@ class Measurer:
 
     def best_of(self, candidates: Sequence[Candidate], *, preference: Sequence[int] = (), top: int = 3,
                 plan: stats.SequentialPlan | None = None, estimates: Sequence[float] | None = None,
-                deadline: float | None = None) -> BestOf:
+                deadline: float | None = None, anchored: bool = False) -> BestOf:
         """The best of ``candidates``, never the minimum of noisy samples.
 
         With more than ``top + 1`` candidates, each is first screened (``estimates``, e.g.
@@ -851,7 +854,9 @@ class Measurer:
         head-to-head (:meth:`head_to_head`), and :func:`hdp.runtime.stats.select_best` keeps the
         fastest only if it beats the others beyond noise, otherwise the first of ``preference``
         (indices into ``candidates``, most preferred first, e.g. the best single device) among
-        those equal within noise. ``deadline``: see :meth:`head_to_head`."""
+        those equal within noise. ``deadline``: see :meth:`head_to_head`. ``anchored``: the rounds
+        may stop as soon as no finalist can beat the first of ``preference`` by the plan's
+        resolution (:attr:`hdp.runtime.stats.SequentialPlan.anchor`)."""
         k = len(candidates)
         if k == 0:
             raise InputError("best_of: no candidates")
@@ -868,6 +873,8 @@ class Measurer:
             finalists = stats.shortlist(estimates, top, list(preference))
             if not finalists:
                 raise MeasureError("best_of: no candidate could be measured")
+        if anchored and preference and preference[0] in finalists:
+            plan = msgspec.structs.replace(plan or stats.SequentialPlan(), anchor=finalists.index(preference[0]))
         head = self.head_to_head([candidates[i] for i in finalists], plan, deadline=deadline)
         sel = head.select([finalists.index(p) for p in preference if p in finalists])
         return BestOf(winner=finalists[sel.winner], finalists=tuple(finalists),

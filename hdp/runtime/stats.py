@@ -359,6 +359,11 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: run about this many seconds of rounds between looks (at least ``min_rounds``-sized steps
     #: early on, then growing with the rounds so far so that the number of looks stays small)
     look_seconds: float = 0.5
+    #: a candidate to keep unless another beats it (the preferred one of a best-of), or -1. With an
+    #: anchor the question is one-sided, and the plan also stops as soon as no candidate can beat
+    #: the anchor by ``resolution`` or more (every ``level`` interval of another against it lies
+    #: above ``1 - resolution``); until then the leader rule above applies as without an anchor.
+    anchor: int = -1
 
     def __post_init__(self):
         if not 0 < self.resolution < 1:
@@ -379,6 +384,16 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
             return True
         return (math.exp(hi) - math.exp(lo)) / 2 <= self.resolution / 2
 
+    def _against_anchor(self, a, b) -> str:
+        """``b`` against the anchor's times ``a``: "beats" (clearly faster, at the interim level),
+        "cannot" (cannot be faster by ``resolution`` at ``level``) or "open"."""
+        d = np.log(np.asarray(b, np.float64)) - np.log(np.asarray(a, np.float64))
+        d = d[np.isfinite(d)]
+        (ilo, ihi), (lo, _) = _intervals(d, [self.interim_level, self.level], serial=True)
+        if _verdict(math.exp(ilo), math.exp(ihi), self.margin) == "faster":
+            return "beats"
+        return "cannot" if math.exp(lo) >= 1.0 - self.resolution else "open"
+
     def status(self, times: np.ndarray, elapsed: float) -> PlanStatus:
         """Decide on kept rounds ``times`` (rounds x candidates) after ``elapsed`` seconds."""
         times = np.asarray(times, np.float64)
@@ -390,6 +405,11 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
             return PlanStatus(True, f"time cap ({self.max_seconds:g} s, {n} rounds)", leader)
         if n < self.min_rounds:
             return PlanStatus(False, "", leader)
+        if 0 <= self.anchor < k:
+            states = {self._against_anchor(times[:, self.anchor], times[:, c]) for c in range(k) if c != self.anchor}
+            if states <= {"cannot"}:
+                return PlanStatus(True, f"none can beat the preferred candidate by {self.resolution * 100:g} % "
+                                        f"({n} rounds)", leader)
         if all(self.resolved(times[:, leader], times[:, c]) for c in range(k) if c != leader):
             return PlanStatus(True, f"resolved to {self.resolution * 100:g} % ({n} rounds)", leader)
         return PlanStatus(False, "", leader)
