@@ -68,7 +68,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     from hdp.passes.boundary import with_calibration
     from hdp.passes.manager import PassManager
     from hdp.pipeline import compile_schedule, default_method, lower_cached
-    from hdp.placers import stage_times
+    from hdp.placers import measured_heads, stage_times
 
     out = Path(output)
     if out.suffix.lower() != ".xml":
@@ -93,7 +93,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     schedule = runtime_options(schedule, timeout, cache)
     schedule = with_calibration(schedule, tgt, cache)  # the host's boundary model, if `hdp calibrate` made one
     module = lower_cached(model, shapes, cache, instruments)
-    with stage_times() as stage_rows:
+    with stage_times() as stage_rows, measured_heads() as heads:
         module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     report: list[str] = []
     checker = None
@@ -147,11 +147,17 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
         for line in _method_report(module, tgt, schedule, timing.rows, stage_rows):
             click.echo(line)
         if compare and tgt.is_real:
-            from hdp.runtime.measure import compare_with_plain
+            from hdp.runtime.measure import compare_with_plain, plain_from_heads
 
             # measured fresh and interleaved, run by run (never cached): a figure from another
-            # moment (another load on the machine) would make the comparison meaningless
-            click.echo(compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {})).text)
+            # moment (another load on the machine) would make the comparison meaningless. A
+            # head-to-head the placer ran moments ago in this process, of this very placement beside
+            # every device's whole graph, is such a measurement: it is reused, not repeated.
+            reused = plain_from_heads(heads, module, tgt)
+            if reused is not None:
+                click.echo("compared with the plain compiles in the placer's head-to-head above "
+                           "(measured in this run, not repeated):")
+            click.echo((reused or compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {}))).text)
 
 
 def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: list) -> list[str]:

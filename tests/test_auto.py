@@ -310,7 +310,9 @@ def test_hsdag_keeps_a_learned_placement_that_truly_wins(monkeypatch):
 def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xml, tmp_path):
     """On two real devices of one host, auto (no learning, only single devices measured) keeps the
     preferred single device unless the interleaved comparison shows it slower beyond noise, and
-    compile reports what each stage contributed and where the time went."""
+    compile reports what each stage contributed and where the time went. The final comparison with
+    the plain compiles is that head-to-head (it ran every op on each device beside the kept
+    placement), not measured again."""
     from click.testing import CliRunner
 
     from hdp.cli import main
@@ -318,9 +320,14 @@ def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xm
     out = tmp_path / "p.xml"
     r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual",
                                   "--method", "auto:no", "--set", "top=0", "--budget", "20",
-                                  "--cache-dir", str(tmp_path / "c"), "--no-compare"])
+                                  "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
+    at = lines.index("compared with the plain compiles in the placer's head-to-head above (measured in this run, "
+                     "not repeated):")
+    assert lines[at + 1].startswith("measured interleaved, ") and "medians: single:" in lines[at + 1]
+    assert any(x.startswith("placement vs plain CPU") and "(as single:CPU" in x for x in lines[at:])
+    assert lines[-1].startswith("verdict: the placement is the plain ") or lines[-1].startswith("plain ")
     summary = next(x for x in lines if x.startswith("auto: measured: kept single:"))
     kept = summary.split("kept ")[1].split()[0]
     cands = next(x for x in lines if x.startswith("auto: candidates (simulated): "))

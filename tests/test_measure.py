@@ -14,7 +14,7 @@ from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
 from hdp.runtime.measure import (FAULT_ENV, Candidate, MeasureCache, MeasureError, Measurement, Measurer,
                                  cache_scope, compare_with_plain, measure_cache_dir, measure_plain, placed,
-                                 plain)
+                                 plain, plain_from_heads)
 from hdp.runtime.stats import SequentialPlan
 from hdp.runtime.target import Device, Target, load_target
 
@@ -320,6 +320,39 @@ def test_compare_with_plain_mixed_placement(tiny, virtual, tmp_path):
     assert "not measured" in compare_with_plain(split.replace(placement=Placement(
         method="t", devices=("CPU", "GPU"), device_of=Array.of(np.zeros(tiny.graph.n_ops), np.int16))),
         "i9-flex170").text
+
+
+def test_plain_comparison_is_taken_from_a_head_to_head_that_measured_it(tiny, virtual):
+    """auto's head-to-head runs every op on each device (the plain graphs) beside the placement it
+    keeps: `hdp compile` reports that comparison instead of measuring the same candidates again."""
+    n = tiny.graph.n_ops
+    split = _split(tiny)
+    one = {d: np.full(n, k) for k, d in enumerate(virtual.device_names)}
+    with Measurer(tiny, virtual, warmup=1, cache=False) as m:
+        head = m.head_to_head([placed(one["CPU"], virtual.device_names, "single:CPU"),
+                               placed(one["CPU_B"], virtual.device_names, "single:CPU_B"),
+                               placed(split, virtual.device_names, "optimal")], QUICK)
+
+    def module(device_of):
+        return tiny.replace(placement=Placement(method="t", devices=virtual.device_names,
+                                                device_of=Array.of(device_of, np.int16)))
+
+    res = plain_from_heads([head], module(split), virtual)
+    assert set(res.comparisons) == {"CPU", "CPU_B"}
+    assert "placement vs plain CPU (as single:CPU): " in res.text and res.comparisons["CPU"] == head.compare(0, 2)
+    assert res.text.splitlines()[-1].startswith("verdict: the placement ")
+    kept = plain_from_heads([head], module(one["CPU_B"]), virtual)  # the placement is itself a stand-in
+    assert set(kept.comparisons) == {"CPU"} and kept.comparisons["CPU"] == head.compare(0, 1)
+    assert "all ops on CPU_B: same graph as the plain CPU_B compile" in kept.text
+    assert "the placement is the plain CPU_B compile through HETERO (measured only as such)" in kept.text
+    assert "beats every plain compile" not in kept.text  # whatever it did against CPU: not its own graph
+    other = split.copy()
+    other[0] = 1 - other[0]
+    assert plain_from_heads([head], module(other), virtual) is None  # not measured: compare measures it
+    with Measurer(tiny, virtual, warmup=1, cache=False) as m:
+        partial = m.head_to_head([placed(one["CPU"], virtual.device_names, "single:CPU"),
+                                  placed(split, virtual.device_names, "optimal")], QUICK)
+    assert plain_from_heads([partial], module(split), virtual) is None  # CPU_B's whole graph not measured
 
 
 # --------------------------------------------------------------------------- cache location

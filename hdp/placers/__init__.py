@@ -7,7 +7,9 @@ nothing here imports torch or openvino).
 
 Wall-clock times never go into a placer's ``info`` (it is part of the Module, whose bytes must be
 the same for the same input): a placer reports how long its stages took with :func:`note_time`,
-and whoever runs it collects them with :func:`stage_times` (``hdp compile`` prints them).
+and whoever runs it collects them with :func:`stage_times` (``hdp compile`` prints them). In the
+same way a placer that measured placements head to head hands the comparison on with
+:func:`note_head` (``hdp compile`` reuses it instead of measuring the same candidates again).
 """
 
 from __future__ import annotations
@@ -47,6 +49,28 @@ def stage_times():
         yield rows
     finally:
         _TIMES.reset(token)
+
+
+_HEADS: contextvars.ContextVar[list | None] = contextvars.ContextVar("hdp_heads", default=None)
+
+
+@contextlib.contextmanager
+def measured_heads():
+    """Collect the head-to-head comparisons (``hdp.runtime.measure.HeadToHead``) placers note with
+    :func:`note_head` inside the block (into the list this yields); outside, notes are dropped."""
+    heads: list = []
+    token = _HEADS.set(heads)
+    try:
+        yield heads
+    finally:
+        _HEADS.reset(token)
+
+
+def note_head(head) -> None:
+    """Hand on a head-to-head this placer measured in this run (see :func:`measured_heads`)."""
+    heads = _HEADS.get()
+    if heads is not None:
+        heads.append(head)
 
 
 def note_time(stage: str, seconds: float) -> None:

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hdp.placers import PlaceContext, Placed, note_time, place
+from hdp.placers import PlaceContext, Placed, note_head, note_time, place
 from hdp.placers.measured import RUN_SLACK, MeasuredEvaluator, compile_estimate, ms
 from hdp.placers.options import Auto, Heft, HeteroAuto, Optimal
 
@@ -278,6 +278,8 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
     ch = measured.choose(measurer, ctx.problem, [(c.name, c.gd) for c in final], list(range(len(final))),
                          p=plan, deadline=h2h_deadline, anchored=True)
     note_time("auto: head-to-head", time.monotonic() - t0)
+    if ch.best is not None:
+        note_head(ch.best.head)
     win = final[ch.winner]
     if ch.best is None or ch.winner not in ch.medians:
         lines += ch.lines

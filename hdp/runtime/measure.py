@@ -70,7 +70,7 @@ MEASURE_VERSION = 2
 LOAD_TIMEOUT = 60.0
 
 __all__ = ["MeasureError", "Measurement", "Measurer", "Candidate", "HeadToHead", "BestOf", "PlainComparison",
-           "measure_plain", "evaluate_placed", "compare_with_plain", "cache_scope", "measure_cache_dir",
+           "measure_plain", "evaluate_placed", "compare_with_plain", "plain_from_heads", "graph_of", "cache_scope", "measure_cache_dir",
            "FAULT_ENV"]
 
 
@@ -382,6 +382,17 @@ class Candidate:
     plain: str | None = None
     device_of: Any = None
     devices: tuple[str, ...] | None = None
+
+
+def graph_of(device_of, devices: Sequence[str]) -> tuple[str, str]:
+    """The identity of the graph a placement runs (:attr:`HeadToHead.graphs`): ``("one", device)``
+    when every op is on one device, else ``("mixed", digest of every op's device)``."""
+    dev = np.asarray(device_of)
+    used = [d for k, d in enumerate(devices) if (dev == k).any()]
+    if len(used) == 1:
+        return ("one", used[0])
+    per_op = "\n".join(devices[int(k)] for k in dev)
+    return ("mixed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest())
 
 
 def plain(device: str, name: str | None = None) -> Candidate:
@@ -714,12 +725,7 @@ class Measurer:
             return {"plain": c.plain}, f"plain:{c.plain}", ("one", c.plain)
         dev, devices = self._placement(c.device_of, c.devices)
         used = [d for k, d in enumerate(devices) if (dev == k).any()]
-        if len(used) == 1:
-            graph = ("one", used[0])
-        else:
-            per_op = "\n".join(devices[int(k)] for k in dev)
-            graph = ("mixed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest())
-        return {"devices": devices, "device_of": dev.tobytes()}, "HETERO:" + ",".join(used), graph
+        return {"devices": devices, "device_of": dev.tobytes()}, "HETERO:" + ",".join(used), graph_of(dev, devices)
 
     def head_to_head(self, candidates: Sequence[Candidate], plan: stats.SequentialPlan | None = None, *,
                      warmup: int | None = None, deadline: float | None = None) -> HeadToHead:
@@ -976,43 +982,61 @@ class PlainComparison:
         return self.text
 
 
-def plain_report(head: HeadToHead, placement: int | str = 0) -> PlainComparison:
+def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool = False) -> PlainComparison:
     """Words for a head-to-head of one placement against plain compiles (candidates named
-    ``plain <device>``): each comparison, the same-graph note, and what to do about it."""
+    ``plain <device>``): each comparison, the same-graph note, and what to do about it.
+
+    ``stand_ins``: a candidate with every op on a device (through HETERO) stands for that device's
+    plain compile when the head has none (the same graph; the lines say it was measured so); the
+    placement itself may be one of them."""
     p = head.index(placement)
     pm = head.measurements[p]
     lines = [head.header()]
     if not pm.ok:
         return PlainComparison(f"the placement could not be measured: {pm.error}", {}, head)
-    plains = [i for i in range(len(head.names)) if i != p and head.graphs[i][0] == "one"
-              and head.names[i].startswith("plain ")]
-    index = {head.graphs[i][1]: i for i in plains}  # device -> its plain compile
+    index: dict[str, int] = {}  # device -> the candidate measured as its plain compile
+    for i, (kind, dev) in enumerate(head.graphs):
+        if kind != "one" or not head.measurements[i].ok:
+            continue
+        if head.names[i].startswith("plain ") and i != p:
+            index[dev] = i
+        elif stand_ins and dev not in index:
+            index[dev] = i
+    kind, one = head.graphs[p]
+
+    def label(dev: str) -> str:
+        i = index[dev]
+        return f"plain {dev}" if head.names[i].startswith("plain ") else f"plain {dev} (as {head.names[i]})"
+
     comps: dict[str, stats.Comparison] = {}
-    for i in plains:
-        dev = head.graphs[i][1]
+    for i in range(len(head.names)):
+        kd = head.graphs[i]
+        if i == p or kd[0] != "one" or kd[1] in comps or index.get(kd[1]) not in (i, None):
+            continue
+        dev = kd[1]
         if head.measurements[i].ok:
             comps[dev] = head.compare(i, p)
-            lines.append(f"placement vs plain {dev}: {comps[dev].describe()}")
-        else:
+            lines.append(f"placement vs {label(dev)}: {comps[dev].describe()}")
+        elif head.names[i].startswith("plain "):
             lines.append(f"plain {dev}: {head.measurements[i].error}")
-    if not comps:
+    itself = kind == "one" and index.get(one) == p  # the placement is the stand-in for its device
+    if not comps and not itself:
         lines.append("no plain compile could be measured")
         return PlainComparison("\n".join(lines), comps, head)
-    kind, one = head.graphs[p]
     if kind == "one":
         lines.append(f"all ops on {one}: same graph as the plain {one} compile")
-    # the plain compile the placement compares worst against (the fastest plain, relative to it)
-    best = max(comps, key=lambda d: comps[d].ratio)
-    if all(c.verdict == "faster" for c in comps.values()):
+    if kind != "one" and all(c.verdict == "faster" for c in comps.values()):  # one device never beats its own
         lines.append("verdict: the placement beats every plain compile beyond noise")
     elif kind == "one":
         own = comps.get(one)
         what = (f"HETERO's own cost: {own.describe()}" if own is not None and own.verdict == "slower"
-                else "no difference beyond noise" if own is not None else f"plain {one} not measured")
+                else "no difference beyond noise" if own is not None
+                else "measured only as such" if itself else f"plain {one} not measured")
         lines.append(f"verdict: the placement is the plain {one} compile through HETERO ({what})")
         others = [d for d in comps if d != one]
-        if own is not None and others:
-            vs = {d: head.compare(index[one], index[d]) for d in others}
+        if (own is not None or itself) and others:
+            ref = p if itself else index[one]
+            vs = {d: head.compare(ref, index[d]) for d in others}
             faster = [d for d in others if vs[d].verdict == "faster"]
             if faster:
                 d = min(faster, key=lambda x: vs[x].ratio)
@@ -1023,6 +1047,24 @@ def plain_report(head: HeadToHead, placement: int | str = 0) -> PlainComparison:
         lines.append(f"verdict: the placement does not beat plain {best} beyond noise "
                      f"({comps[best].describe()}): consider --method single:{best}")
     return PlainComparison("\n".join(lines), comps, head)
+
+
+def plain_from_heads(heads: Sequence[HeadToHead], module: Module, target: Target) -> PlainComparison | None:
+    """``module.placement`` against every real device's plain compile, taken from a head-to-head a
+    placer measured in this run (:func:`hdp.placers.note_head`) when one ran this very placement
+    beside every op on each real device of ``target`` (the same graphs as the plain compiles);
+    None when none did (then :func:`compare_with_plain` measures)."""
+    pl = module.placement
+    if pl is None:
+        return None
+    want = graph_of(pl.device_of.numpy(), pl.devices)
+    real = [d.name for d in target.devices if d.kind == "real"]
+    for head in reversed(heads):
+        ok = [i for i in head.ok if head.graphs[i] == want]
+        singles = {head.graphs[i][1] for i in head.ok if head.graphs[i][0] == "one"}
+        if ok and real and all(d in singles for d in real):
+            return plain_report(head, ok[0], stand_ins=True)
+    return None
 
 
 def compare_with_plain(module: Module, target: Target | str, *, plan: stats.SequentialPlan | None = None,
