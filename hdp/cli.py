@@ -11,7 +11,8 @@ import msgspec
 from hdp.cli_cache import cache_group
 from hdp.cli_calibrate import calibrate_cmd
 from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
-                             shape_request, target_from, target_path, timeout_option, user_errors, with_options)
+                             shape_request, target_from, target_path, timeout_option, user_errors, with_options,
+                             worker_scoped)
 from hdp.cli_runtime import evaluate_cmd, profile_cmd, targets_cmd
 from hdp.errors import HdpError
 
@@ -59,6 +60,7 @@ def main():
 @with_options(pass_cache_options)
 @user_errors
 @cache_scoped
+@worker_scoped
 def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
                 policy, refine, timings, dump_ir, emit_ir, check, compare, quiet, timeout, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
@@ -92,6 +94,10 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     schedule = compile_schedule(tgt, method, seed, opts, refine=refine)
     schedule = runtime_options(schedule, timeout, cache)
     schedule = with_calibration(schedule, tgt, cache)  # the host's boundary model, if `hdp calibrate` made one
+    if check or any(d.kind == "real" for d in tgt.devices):
+        from hdp.runtime.measure import prestart_worker
+
+        prestart_worker()  # OpenVINO's import in the worker overlaps lowering
     module = lower_cached(model, shapes, cache, instruments)
     with stage_times() as stage_rows, measured_heads() as heads:
         module = PassManager(schedule, cache=cache, instruments=instruments).run(module)

@@ -144,6 +144,22 @@ def cache_scoped(fn):
             return fn(*a, **kw)
 
     return wrapper
+
+
+def worker_scoped(fn):
+    """Let the measurers of the command share one worker process where they measure the same model
+    on the same target (:func:`hdp.runtime.measure.worker_reuse`); stopped when the command ends."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        from hdp.runtime.measure import worker_reuse
+
+        with worker_reuse():
+            return fn(*a, **kw)
+
+    return wrapper
+
+
 # --------------------------------------------------------------------------- paths
 
 

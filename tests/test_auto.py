@@ -322,6 +322,9 @@ def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xm
                                   "--method", "auto:no", "--set", "top=0", "--budget", "20",
                                   "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
+    from hdp.runtime import measure
+
+    assert not measure._SPARE  # the worker the passes shared stopped with the command
     lines = r.output.splitlines()
     at = lines.index("compared with the plain compiles in the placer's head-to-head above (measured in this run, "
                      "not repeated):")

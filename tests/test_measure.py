@@ -355,6 +355,45 @@ def test_plain_comparison_is_taken_from_a_head_to_head_that_measured_it(tiny, vi
     assert plain_from_heads([partial], module(split), virtual) is None  # CPU_B's whole graph not measured
 
 
+# --------------------------------------------------------------------------- one worker through a pipeline
+
+
+def test_measurers_share_a_worker_inside_worker_reuse(tiny, virtual, monkeypatch):
+    """`hdp compile`'s support, profile and placer measure one model on one target: inside
+    worker_reuse the worker (model loaded) passes from one Measurer to the next; a Measurer of
+    another target or environment starts its own; the spare stops when the block ends."""
+    from hdp.runtime import measure
+
+    with measure.worker_reuse():
+        measure.prestart_worker()
+        started = measure._SPARE["worker"].proc.pid
+        with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as a:
+            both = a.support_of(["CPU", "CPU_B"])  # the two devices queried in parallel
+            assert a._worker.proc.pid == started  # the prestarted worker, loaded now
+            assert both == {"CPU": a.support("CPU"), "CPU_B": a.support("CPU_B")} and all(both["CPU"])
+        spare = measure._SPARE["worker"]
+        assert spare.proc.pid == started and spare.alive
+        with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as c:
+            assert c.loaded()["n_ops"] == tiny.graph.n_ops
+            assert c._worker.proc.pid == started  # handed over, model loaded: no new process
+        other = Target(name="cpu-only", devices=[virtual.devices[0]], link=virtual.link)
+        with Measurer(tiny, other, runs=1, warmup=0, cache=False) as b:
+            b.loaded()
+            assert b._worker.proc.pid != started and spare.alive  # another target: its own worker
+            mine = b._worker.proc.pid
+        assert measure._SPARE["worker"].proc.pid == mine and not spare.alive  # the last one closed is kept
+        monkeypatch.setenv("HDP_TEST_UNRELATED", "1")
+        with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as d:
+            d.loaded()
+            assert d._worker.proc.pid != mine  # another environment (a fault injected, say)
+        kept = measure._SPARE["worker"]
+    assert not measure._SPARE and not kept.alive  # stopped with the block
+    measure.prestart_worker()
+    assert not measure._SPARE  # outside a block: nothing to hand over, nothing started
+    with pytest.raises(InputError, match="modeled"):
+        Measurer(tiny, "i9-flex170", cache=False).support_of(["CPU", "GPU"])
+
+
 # --------------------------------------------------------------------------- cache location
 
 

@@ -74,7 +74,8 @@ def query_support(module: Module, target: Target, devices: list[str], timeout: f
         store = Store(cache_dir, ".json")
         store.open()
     measurer = None
-    out = []
+    out: dict[str, np.ndarray] = {}
+    keys: dict[str, bytes] = {}
     try:
         for name in devices:
             d = target.device(name)
@@ -91,23 +92,26 @@ def query_support(module: Module, target: Target, devices: list[str], timeout: f
                     try:
                         col = np.array(msgspec.json.decode(data, type=list[bool]), bool)
                         if col.shape == (n,):
-                            out.append(col)
+                            out[name] = col
                             continue
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         pass
                     store.discard(store.path(key), "not a support answer")
-            if measurer is None:
-                measurer = Measurer(module, target, runs=1, warmup=0, timeout=timeout, cache=False)
+            keys[name] = key
+        if keys:  # the devices not memoised, asked at once (the worker queries them in parallel)
+            measurer = Measurer(module, target, runs=1, warmup=0, timeout=timeout, cache=False)
             try:
-                col = np.array(measurer.support(name), bool)
+                answers = measurer.support_of(list(keys))
             except MeasureError as e:
                 raise InputError(str(e)) from None
-            if col.shape != (n,):
-                raise InputError(f"support: query_model on {name} answered for {col.shape[0]} ops, not {n}")
-            if store is not None:
-                store.put(key, msgspec.json.encode(col.tolist()))
-            out.append(col)
+            for name, key in keys.items():
+                col = np.array(answers[name], bool)
+                if col.shape != (n,):
+                    raise InputError(f"support: query_model on {name} answered for {col.shape[0]} ops, not {n}")
+                if store is not None:
+                    store.put(key, msgspec.json.encode(col.tolist()))
+                out[name] = col
     finally:
         if measurer is not None:
             measurer.close()
-    return out
+    return [out[name] for name in devices]

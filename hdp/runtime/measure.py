@@ -257,6 +257,67 @@ class WorkerProcess:
             self.stderr = None
 
 
+# --------------------------------------------------------------------------- one worker through a pipeline
+
+#: The spare worker (at most one): "worker", "load" (the msgpack of the load request it answered;
+#: None: started, nothing loaded), "reply" (its answer), "env" (this process's environment at start).
+_SPARE: dict[str, Any] = {}
+_REUSE = [0]  # depth of worker_reuse blocks
+
+
+@contextlib.contextmanager
+def worker_reuse():
+    """Within the block, a Measurer that closes hands its worker, model loaded, to the next Measurer
+    of the same model and target instead of stopping it (``support``, ``profile`` and the placer's
+    measurements of one ``hdp compile`` then share a worker: starting one and reading the model
+    costs about 0.5 s each time). The spare worker is stopped when the outermost block ends."""
+    _REUSE[0] += 1
+    try:
+        yield
+    finally:
+        _REUSE[0] -= 1
+        if not _REUSE[0]:
+            _drop_spare()
+
+
+def prestart_worker() -> None:
+    """Inside :func:`worker_reuse`, start a worker now for the next Measurer to take, so that
+    OpenVINO's import in it overlaps the caller's own work (``hdp compile`` lowers meanwhile)."""
+    if _REUSE[0] and not _SPARE:
+        w = WorkerProcess()
+        w.start()
+        _SPARE.update(worker=w, load=None, reply=None, env=dict(os.environ))
+
+
+def _drop_spare() -> None:
+    w = _SPARE.get("worker")
+    _SPARE.clear()
+    if w is not None:
+        w.close()
+
+
+def _park(worker: WorkerProcess, load: bytes, reply: dict) -> None:
+    _drop_spare()
+    _SPARE.update(worker=worker, load=load, reply=reply, env=dict(os.environ))
+
+
+def _take_spare(load: bytes) -> tuple[WorkerProcess, dict | None] | None:
+    """The spare worker for a Measurer whose load request is ``load``, with its load reply (None:
+    nothing loaded yet), if it is alive, was started with this environment (a test's fault
+    injection, say) and has no other model loaded; else None (the spare stays for another)."""
+    w = _SPARE.get("worker")
+    if w is None:
+        return None
+    if not w.alive or _SPARE["env"] != dict(os.environ):
+        _drop_spare()
+        return None
+    if _SPARE["load"] is not None and _SPARE["load"] != load:
+        return None
+    reply = _SPARE["reply"]
+    _SPARE.clear()
+    return w, reply
+
+
 # --------------------------------------------------------------------------- cache
 
 
@@ -548,16 +609,19 @@ class Measurer:
 
     # ---- worker
 
+    def _load_request(self) -> dict:
+        return {"op": "load", "xml": self.source.xml, "spec": self.source.spec, "structure": self.source.structure,
+                "roles": self.source.roles, "target": msgspec.to_builtins(self.target)}
+
     def _ensure_loaded(self) -> dict:
         """Start the worker and load the model if needed; raises _WorkerFailure or InputError."""
         if self._worker is None:
-            self._worker = WorkerProcess()
+            load = self._load_request()
+            self._worker, self._loaded = _take_spare(msgspec.msgpack.encode(load)) or (WorkerProcess(), None)
         if self._loaded is not None and self._worker.alive:
             return self._loaded
         self._loaded = None
-        load = {"op": "load", "xml": self.source.xml, "spec": self.source.spec,
-                "structure": self.source.structure, "roles": self.source.roles,
-                "target": msgspec.to_builtins(self.target)}
+        load = self._load_request()
         reply = self._worker.call(load, max(self.timeout, LOAD_TIMEOUT))
         if not reply["ok"]:
             self._worker.close()
@@ -583,9 +647,13 @@ class Measurer:
             raise MeasureError(f"{self.source.xml}: {e}") from None
 
     def close(self) -> None:
-        """Stop the worker and remove temporary files."""
+        """Stop the worker (inside :func:`worker_reuse`: keep it, model loaded, for the next
+        Measurer of the same model and target) and remove temporary files."""
         if self._worker is not None:
-            self._worker.close()
+            if _REUSE[0] and not self._tmp and self._loaded is not None and self._worker.alive:
+                _park(self._worker, msgspec.msgpack.encode(self._load_request()), self._loaded)
+            else:
+                self._worker.close()
             self._worker = None
         self._loaded = None
         if self._tmp:
@@ -664,16 +732,20 @@ class Measurer:
         """OpenVINO's ``query_model`` on one real device, answered by the worker: whether each op
         (in the source's op order) is supported. Raises MeasureError when the query fails,
         crashes or times out (e.g. a plugin running out of memory on huge shapes)."""
-        d = self.target.device(device)
-        if d.kind != "real":
-            raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot be queried")
+        return self.support_of([device])[device]
+
+    def support_of(self, devices: Sequence[str]) -> dict[str, list[bool]]:
+        """:meth:`support` for several devices at once, queried in parallel by the worker."""
+        for device in devices:
+            if self.target.device(device).kind != "real":
+                raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot be queried")
         try:
-            reply = self._call({"op": "query", "device": device})
+            reply = self._call({"op": "query", "devices": list(devices)})
         except _WorkerFailure as e:
-            raise MeasureError(f"query_model on {device}: {e}") from None
+            raise MeasureError(f"query_model on {', '.join(devices)}: {e}") from None
         if not reply["ok"]:
-            raise MeasureError(f"query_model on {device}: {reply['error']}")
-        return [bool(x) for x in reply["supported"]]
+            raise MeasureError(f"query_model on {reply.get('device') or ', '.join(devices)}: {reply['error']}")
+        return {d: [bool(x) for x in reply["supported"][d]] for d in devices}
 
     def plain(self, device: str) -> Measurement:
         """The unplaced model compiled directly on ``device`` (no HETERO)."""

@@ -20,9 +20,10 @@ true for a user mistake such as a device absent from this host):
   -> ``times`` (seconds per run), ``compile_seconds``, ``submodels`` (HETERO's
   ``HETERO_NUMBER_OF_SUBMODELS`` of the compiled placement). Compiles with HETERO over the devices
   used.
-- ``query``: ``device`` -> ``supported`` (per op position): OpenVINO's ``query_model`` of the
-  loaded model on that device. It runs here, not in the caller, because a plugin answering it may
-  allocate whatever the model's shapes ask for (``std::bad_alloc``) or crash.
+- ``query``: ``devices`` -> ``supported`` ({device: a bool per op position}): OpenVINO's
+  ``query_model`` of the loaded model on each device, the devices in parallel threads. It runs here,
+  not in the caller, because a plugin answering it may allocate whatever the model's shapes ask for
+  (``std::bad_alloc``) or crash.
 - ``plain``: ``device``, ``runs``, ``warmup`` -> ``times``, ``compile_seconds``.
 - ``profile``: ``devices``, ``runs``, ``warmup``, ``seconds``, ``min_runs`` -> ``devices`` (one
   entry per device, in order: ``device``, ``times``, ``starts`` (of each timed run, seconds after
@@ -448,12 +449,33 @@ class Worker:
                 "runs": len(runs), "stateful": bool(self.spec.state), "seconds": time.perf_counter() - t0}
 
     def query(self, req: dict) -> dict:
-        """``query_model`` on the specialisation: a bool per op position."""
+        """``query_model`` on the specialisation, every device in its own thread (a query is
+        mostly the plugin's own work, outside the GIL): a bool per op position per device."""
+        import threading
+
         from hdp.ir.openvino_frontend import supported_mask
 
-        device = req["device"]
-        supported = self.core((device,)).query_model(self.model, device)
-        return {"ok": True, "supported": supported_mask(self.ops, supported).tolist()}
+        devices = [str(d) for d in req["devices"]]
+        answers: dict[str, object] = {}
+
+        def ask(device: str) -> None:
+            try:
+                answers[device] = self.core((device,)).query_model(self.model, device)
+            except Exception as e:  # noqa: BLE001 - reported below, in the caller's thread
+                answers[device] = e
+
+        threads = [threading.Thread(target=ask, args=(d,), name=f"hdp-query-{d}") for d in devices[1:]]
+        for t in threads:
+            t.start()
+        if devices:
+            ask(devices[0])
+        for t in threads:
+            t.join()
+        for d in devices:
+            if isinstance(answers[d], Exception):
+                e = answers[d]
+                return {"ok": False, "input": False, "device": d, "error": f"{type(e).__name__}: {ov_message(e)}"}
+        return {"ok": True, "supported": {d: supported_mask(self.ops, answers[d]).tolist() for d in devices}}
 
 
     def plain(self, req: dict) -> dict:
@@ -628,6 +650,7 @@ def die_with_parent() -> None:
 
 def main() -> None:
     die_with_parent()
+    import openvino  # noqa: F401 - every request needs it; a worker started ahead of time imports it meanwhile
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
