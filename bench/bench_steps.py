@@ -62,33 +62,6 @@ def test_support(benchmark, lowered, target):
     _info(benchmark, m)
 
 
-def test_support_in_compile(benchmark, xml, target):
-    """As ``hdp compile`` runs it on a cache miss: its worker started before lowering (OpenVINO's
-    import in it overlaps the lowering), then ``support`` (model read, both queries in parallel)."""
-    from hdp.ir.openvino_frontend import lower
-    from hdp.runtime import measure
-
-    p = registry()["support"](target=target)
-    blocks = []
-
-    def setup():
-        while blocks:  # the previous round's worker, stopped outside the timing
-            blocks.pop().__exit__(None, None, None)
-        block = measure.worker_reuse()
-        block.__enter__()
-        blocks.append(block)
-        measure.prestart_worker()
-        return (lower(xml),), {}
-
-    try:
-        m = benchmark.pedantic(p.run, setup=setup, rounds=7, iterations=1, warmup_rounds=1)
-    finally:
-        while blocks:
-            blocks.pop().__exit__(None, None, None)
-    assert m.support.mask.numpy().all(axis=1).sum() > 0.9 * m.graph.n_ops
-    _info(benchmark, m)
-
-
 def test_support_memoised(benchmark, lowered, target, tmp_path):
     """The answers memoised (``query_cache``, what the CLI sets): the second support on a model."""
     import msgspec

@@ -97,7 +97,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     if check or any(d.kind == "real" for d in tgt.devices):
         from hdp.runtime.measure import prestart_worker
 
-        prestart_worker()  # OpenVINO's import in the worker overlaps lowering
+        prestart_worker(model, shapes)  # the worker imports OpenVINO and reads the model while this lowers it
     module = lower_cached(model, shapes, cache, instruments)
     with stage_times() as stage_rows, measured_heads() as heads:
         module = PassManager(schedule, cache=cache, instruments=instruments).run(module)

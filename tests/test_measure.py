@@ -394,6 +394,26 @@ def test_measurers_share_a_worker_inside_worker_reuse(tiny, virtual, monkeypatch
         Measurer(tiny, "i9-flex170", cache=False).support_of(["CPU", "GPU"])
 
 
+def test_a_prestarted_worker_reads_the_model_ahead(tiny, virtual):
+    """`hdp compile` starts its worker with the model and shape request before lowering: the first
+    load then takes the model read and specialised ahead. A request lowering would refuse is left for
+    lowering to report (the load reads the model itself)."""
+    from hdp.ir.openvino_frontend import ShapeRequest, checked_source
+    from hdp.runtime import measure
+
+    xml, _ = checked_source(tiny)
+    with measure.worker_reuse():
+        measure.prestart_worker(xml, ShapeRequest())
+        with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as m:
+            assert m.loaded()["read_ahead"] is True
+            assert all(m.support("CPU"))
+    with measure.worker_reuse():
+        measure.prestart_worker(xml, ShapeRequest(shapes={"nonexistent": (1, 2)}))
+        with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as m:
+            got = m.loaded()
+            assert got["read_ahead"] is False and got["n_ops"] == tiny.graph.n_ops
+
+
 # --------------------------------------------------------------------------- cache location
 
 

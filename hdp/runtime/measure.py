@@ -167,6 +167,7 @@ class WorkerProcess:
         self.env = env  # None: this process's environment at each (re)start
         self.proc = None
         self.stderr = None
+        self.pending: list[str] = []  # ops sent with send() whose replies are not read yet
 
     def start(self) -> None:
         import hdp
@@ -184,6 +185,18 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def send(self, req: dict) -> None:
+        """Send a request without waiting: its reply is read and dropped before the next
+        :meth:`call`'s (for work the worker may do ahead, such as ``preload``)."""
+        if not self.alive:
+            self.close()
+            self.start()
+        try:
+            write_msg(self.proc.stdin, req)
+        except (BrokenPipeError, OSError):
+            raise _WorkerFailure(self._death("before the request")) from None
+        self.pending.append(str(req.get("op")))
+
     def call(self, req: dict, timeout: float) -> dict:
         """Send one request and wait up to ``timeout`` seconds; a dead or late worker raises
         _WorkerFailure with the reason (and is gone afterwards)."""
@@ -194,6 +207,11 @@ class WorkerProcess:
             write_msg(self.proc.stdin, req)
         except (BrokenPipeError, OSError):
             raise _WorkerFailure(self._death("before the request")) from None
+        while self.pending:  # replies to requests sent ahead come first; the work was wanted, not the reply
+            self._reply(max(timeout, LOAD_TIMEOUT), self.pending.pop(0))
+        return self._reply(timeout, str(req.get("op")))
+
+    def _reply(self, timeout: float, op: str) -> dict:
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         buf = bytearray()
@@ -205,7 +223,7 @@ class WorkerProcess:
                 raise _WorkerFailure(f"timed out after {timeout:g} s; worker killed")
             chunk = os.read(fd, max(need - len(buf), 1 << 16))
             if not chunk:
-                raise _WorkerFailure(self._death(f"during '{req.get('op')}'"))
+                raise _WorkerFailure(self._death(f"during '{op}'"))
             buf += chunk
             if need == 4 and len(buf) >= 4:
                 need = 4 + int.from_bytes(buf[:4], "little")
@@ -252,6 +270,7 @@ class WorkerProcess:
                 except OSError:
                     pass
             self.proc = None
+        self.pending = []
         if self.stderr is not None:
             self.stderr.close()
             self.stderr = None
@@ -280,12 +299,21 @@ def worker_reuse():
             _drop_spare()
 
 
-def prestart_worker() -> None:
+def prestart_worker(xml: str | os.PathLike | None = None, request=None) -> None:
     """Inside :func:`worker_reuse`, start a worker now for the next Measurer to take, so that
-    OpenVINO's import in it overlaps the caller's own work (``hdp compile`` lowers meanwhile)."""
+    OpenVINO's import in it overlaps the caller's own work (``hdp compile`` lowers meanwhile).
+    With ``xml``, the worker also reads and specialises that model for ``request`` (a
+    :class:`~hdp.ir.openvino_frontend.ShapeRequest`) as lowering will, so the first load of it
+    takes no time; a mistake there is left for lowering to report."""
     if _REUSE[0] and not _SPARE:
         w = WorkerProcess()
         w.start()
+        if xml is not None:
+            try:
+                w.send({"op": "preload", "xml": str(xml), "request": msgspec.to_builtins(request) if request else None})
+            except _WorkerFailure:
+                w.close()
+                return
         _SPARE.update(worker=w, load=None, reply=None, env=dict(os.environ))
 
 

@@ -12,10 +12,14 @@ true for a user mistake such as a device absent from this host):
 - ``load``: ``xml``, ``spec`` (the JSON :class:`~hdp.ir.openvino_frontend.Specialisation` to run
   at; empty: the one a placed model records, else the frontend's defaults), ``structure`` (the
   digest of the caller's :func:`~hdp.ir.openvino_frontend.graph_structure`, or nil not to check),
-  ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none), ``spec``. The worker
+  ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none), ``spec``, ``read_ahead``
+  (whether the model came from a ``preload``). The worker
   compiles the runnable specialisation of the file's model (static inputs; a stateful model's
   states set to the specialisation's before every inference). Ops are identified by their position
   in ``get_ordered_ops()``, which the structure check makes the caller's.
+- ``preload``: ``xml``, ``request`` (a ShapeRequest, or nil) -> nothing: reads and specialises the
+  model as lowering will, sent ahead (the caller does not wait), so that the next ``load`` of that
+  file at that specialisation takes the model from here.
 - ``measure``: ``devices``, ``device_of`` (int16 bytes, one per op position), ``runs``, ``warmup``
   -> ``times`` (seconds per run), ``compile_seconds``, ``submodels`` (HETERO's
   ``HETERO_NUMBER_OF_SUBMODELS`` of the compiled placement). Compiles with HETERO over the devices
@@ -164,6 +168,7 @@ class Worker:
         self.states: dict = {}  # variable id -> the state each inference starts from
         self.target = None
         self.cores: dict[tuple[str, ...], object] = {}
+        self.preloaded: dict[tuple, tuple] = {}  # read ahead by ``preload``, for the next ``load``
         self.inputs = []
         self.prepared: dict[int, tuple[object, object]] = {}  # handle -> (compiled model, infer request)
         self._next_handle = 0
@@ -175,6 +180,8 @@ class Worker:
             op = req.get("op")
             if op == "load":
                 return self.load(req)
+            if op == "preload":
+                return self.preload(req)
             if self.model is None:
                 raise InputError("worker: no model loaded")
             if op == "measure":
@@ -205,6 +212,27 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - every failure becomes an error sample
             return {"ok": False, "input": False, "error": f"{type(e).__name__}: {ov_message(e)}"}
 
+    @staticmethod
+    def _read_key(xml: str, spec: str) -> tuple | None:
+        try:
+            st = os.stat(xml)
+        except OSError:  # gone: the load reads it and says so
+            return None
+        return os.path.realpath(xml), st.st_mtime_ns, st.st_size, spec
+
+    def preload(self, req: dict) -> dict:
+        """Read and specialise ``xml`` for ``request`` (a ShapeRequest, as lowering does) ahead of
+        its ``load``, which then takes it from here (matched by file and specialisation)."""
+        from hdp.ir import openvino_frontend as fe
+
+        xml = req["xml"]
+        request = msgspec.convert(req["request"], fe.ShapeRequest) if req.get("request") else None
+        original = fe.read_model(xml)
+        spec = fe.plan_specialisation(original, xml, request)
+        text = spec.to_json()
+        self.preloaded = {self._read_key(xml, text): (original, fe.specialise(original, spec, xml, runnable=True))}
+        return {"ok": True}
+
     def load(self, req: dict) -> dict:
         from hdp.errors import InputError
         from hdp.ir import openvino_frontend as fe
@@ -212,10 +240,17 @@ class Worker:
 
         self.target = msgspec.convert(req["target"], Target)
         xml = req["xml"]
-        original = fe.read_model(xml)
-        text = req.get("spec") or _recorded_spec(original)
-        spec = fe.Specialisation.from_json(text, xml) if text else fe.plan_specialisation(original, xml)
-        self.model = fe.specialise(original, spec, xml, runnable=True)
+        text = req.get("spec")
+        ahead = self.preloaded.pop(self._read_key(xml, text), None) if text and self.preloaded else None
+        self.preloaded = {}
+        if ahead is not None:
+            original, self.model = ahead
+            spec = fe.Specialisation.from_json(text, xml)
+        else:
+            original = fe.read_model(xml)
+            text = text or _recorded_spec(original)
+            spec = fe.Specialisation.from_json(text, xml) if text else fe.plan_specialisation(original, xml)
+            self.model = fe.specialise(original, spec, xml, runnable=True)
         self.ops = list(self.model.get_ordered_ops())
         self.original, self.spec, self.xml = original, spec, xml
         self.reference = {}
@@ -236,7 +271,8 @@ class Worker:
             key = "user_dataaffinity" if "user_dataaffinity" in rt else "affinity"
             aff.append(rt[key].astype(str) if key in rt else "")
         names, _ = fe.unique_names(self.ops)
-        return {"ok": True, "n_ops": len(self.ops), "names": names, "affinity": aff, "spec": spec.to_json()}
+        return {"ok": True, "n_ops": len(self.ops), "names": names, "affinity": aff, "spec": spec.to_json(),
+                "read_ahead": ahead is not None}
 
     def core(self, devices: tuple[str, ...]):
         from hdp.runtime.devices import make_core
