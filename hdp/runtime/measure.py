@@ -70,8 +70,8 @@ MEASURE_VERSION = 2
 LOAD_TIMEOUT = 60.0
 
 __all__ = ["MeasureError", "Measurement", "Measurer", "Candidate", "HeadToHead", "BestOf", "PlainComparison",
-           "measure_plain", "evaluate_placed", "compare_with_plain", "plain_from_heads", "graph_of", "cache_scope", "measure_cache_dir",
-           "FAULT_ENV"]
+           "measure_plain", "evaluate_placed", "compare_with_plain", "plain_from_heads", "graph_of", "cache_scope",
+           "measure_cache_dir", "worker_reuse", "prestart_worker", "FAULT_ENV"]
 
 
 class MeasureError(HdpError):
@@ -1112,6 +1112,8 @@ def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool 
     for i in range(len(head.names)):
         kd = head.graphs[i]
         if i == p or kd[0] != "one" or kd[1] in comps or index.get(kd[1]) not in (i, None):
+            continue
+        if not (stand_ins or head.names[i].startswith("plain ")):
             continue
         dev = kd[1]
         if head.measurements[i].ok:
