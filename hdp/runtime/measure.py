@@ -185,9 +185,8 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def send(self, req: dict) -> None:
-        """Send a request without waiting: its reply is read and dropped before the next
-        :meth:`call`'s (for work the worker may do ahead, such as ``preload``)."""
+    def _write(self, req: dict) -> None:
+        """Send ``req``, (re)starting the worker if it is not running."""
         if not self.alive:
             self.close()
             self.start()
@@ -195,18 +194,17 @@ class WorkerProcess:
             write_msg(self.proc.stdin, req)
         except (BrokenPipeError, OSError):
             raise _WorkerFailure(self._death("before the request")) from None
+
+    def send(self, req: dict) -> None:
+        """Send a request without waiting: its reply is read and dropped before the next
+        :meth:`call`'s (for work the worker may do ahead, such as ``preload``)."""
+        self._write(req)
         self.pending.append(str(req.get("op")))
 
     def call(self, req: dict, timeout: float) -> dict:
         """Send one request and wait up to ``timeout`` seconds; a dead or late worker raises
         _WorkerFailure with the reason (and is gone afterwards)."""
-        if not self.alive:
-            self.close()
-            self.start()
-        try:
-            write_msg(self.proc.stdin, req)
-        except (BrokenPipeError, OSError):
-            raise _WorkerFailure(self._death("before the request")) from None
+        self._write(req)
         while self.pending:  # replies to requests sent ahead come first; the work was wanted, not the reply
             self._reply(max(timeout, LOAD_TIMEOUT), self.pending.pop(0))
         return self._reply(timeout, str(req.get("op")))
