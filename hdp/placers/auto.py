@@ -49,10 +49,8 @@ lr             1e-3     its learning rate
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
-import threading
+import sys
 import time
 from dataclasses import dataclass
 
@@ -69,6 +67,9 @@ WARMUP = 2
 #: Measured refinement runs only if the budget leaves time for this many placements (the warm
 #: start's included) besides its final comparison.
 MIN_LEARN_EVALS = 5
+#: Seconds to import torch and torch_geometric for the learning stage, when not imported yet (6.2-7.7 s
+#: in the partition rows of bench/results/auto-virtual-2026-11-30 at load 1-2 on the 2-core VM).
+IMPORT_SECONDS = 8.0
 #: The gain threshold of the learning stage's early stop is at most this (relative), however noisy.
 MAX_NOISE = 0.2
 #: Ties between simulated latencies (relative).
@@ -169,31 +170,6 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
     return Placed(gd, info)
 
 
-def _import_learning() -> threading.Thread:
-    """Import torch and torch_geometric (the learning stage's, ~5-10 s on a loaded 2-core host) in
-    the background while the head-to-head waits on its measuring worker; the learning stage's own
-    imports then wait for this one (Python's per-module import locks). The importing thread runs at
-    the lowest priority (Linux: per thread) to take less from the measured runs: at normal priority
-    mobilenet_v2's runs measured 14.7 ms during the import against 9.7 ms alone (paired, so the
-    verdicts held; the medians printed did not). At nice 19 one of two compiles measured 8.8-9.8 ms,
-    the other still ~14 ms: not all of what the import costs them is CPU time."""
-
-    def run():
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):  # not Linux: the import competes as before
-            pass
-        try:
-            importlib.import_module("hdp.learn.trainer")
-            importlib.import_module("hdp.learn.graph")
-        except ImportError:  # the learning stage reports it
-            pass
-
-    t = threading.Thread(target=run, name="hdp-import-torch", daemon=True)
-    t.start()
-    return t
-
-
 def _measurer(o: Auto, ctx: PlaceContext):
     """The Measurer of the measured stages (tests replace it with a fake)."""
     from hdp.runtime.measure import Measurer
@@ -276,13 +252,9 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
         share = 0.5 if learn else 1.0
         h2h_deadline = min(deadline, time.monotonic() + max(predicted(final), share * left))
     names = [c.name for c in final]
-    if learn:  # import torch while the comparison waits on its worker, if learning may get its turn
-        compile_s = final[0].compile_estimate(n_ops)
-        per_eval = compile_s + (measurer.warmup + measurer.runs) * run_s(final[0])
-        after = measured.h2h_seconds([compile_s] * 2, [run_s(final[0])] * 2, plan, measurer.warmup)
-        after_h2h = math.inf if h2h_deadline is None else deadline - h2h_deadline
-        if after_h2h >= after + MIN_LEARN_EVALS * per_eval:
-            _import_learning()
+    # torch is imported after this comparison, not beside it: an import running beside the measured
+    # runs slowed them by half (gpt2-tiny: medians 1.82 ms against 1.24 ms without it), so the
+    # medians printed were not the model's latency and the comparison's noise grew
     t0 = time.monotonic()
     ch = measured.choose(measurer, ctx.problem, [(c.name, c.gd) for c in final], list(range(len(final))),
                          p=plan, deadline=h2h_deadline, anchored=True)
@@ -320,7 +292,7 @@ def _train(o: Auto, ctx, win: Cand, evaluate, deadline, *, min_gain: float, rese
     from hdp.learn.graph import build_learn_graph
     from hdp.learn.trainer import TrainConfig, train
 
-    note_time("auto: waiting for the torch import", time.monotonic() - t0)
+    note_time("auto: importing torch", time.monotonic() - t0)
     t0 = time.monotonic()
     p = ctx.problem
     if evaluate is None:
@@ -351,9 +323,11 @@ def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: 
     plan = measured.plan(o.resolution)
     final_cost = measured.h2h_seconds([st["compile"]] * 2, [st["median"]] * 2, plan, measurer.warmup)
     left = _left(deadline)
-    if left < final_cost + MIN_LEARN_EVALS * per_eval:
-        lines.append(f"measured refinement skipped: {left:.1f} s left of the budget, it needs about "
-                     f"{final_cost + MIN_LEARN_EVALS * per_eval:.1f} s ({per_eval:.1f} s per placement)")
+    importing = 0.0 if "torch" in sys.modules else IMPORT_SECONDS  # an import cannot stop at the deadline
+    need = importing + final_cost + MIN_LEARN_EVALS * per_eval
+    if left < need:
+        lines.append(f"measured refinement skipped: {left:.1f} s left of the budget, it needs about {need:.1f} s "
+                     f"({per_eval:.1f} s per placement" + (f", {importing:g} s to import torch)" if importing else ")"))
         return None
     # the noise of one measured median: ~2 standard errors of the difference of two medians of
     # `runs` runs, from the winner's interquartile range in the comparison
