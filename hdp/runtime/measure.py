@@ -1107,17 +1107,12 @@ def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool 
         return f"plain {dev}" if head.names[i].startswith("plain ") else f"plain {dev} (as {head.names[i]})"
 
     comps: dict[str, stats.Comparison] = {}
-    for i in range(len(head.names)):
-        kd = head.graphs[i]
-        if i == p or kd[0] != "one" or kd[1] in comps or index.get(kd[1]) not in (i, None):
-            continue
-        if not (stand_ins or head.names[i].startswith("plain ")):
-            continue
-        dev = kd[1]
-        if head.measurements[i].ok:
+    for dev, i in index.items():
+        if i != p:
             comps[dev] = head.compare(i, p)
             lines.append(f"placement vs {label(dev)}: {comps[dev].describe()}")
-        elif head.names[i].startswith("plain "):
+    for i, (k, dev) in enumerate(head.graphs):  # a plain compile that failed, with nothing in its place
+        if k == "one" and dev not in index and head.names[i].startswith("plain "):
             lines.append(f"plain {dev}: {head.measurements[i].error}")
     itself = kind == "one" and index.get(one) == p  # the placement is the stand-in for its device
     if not comps and not itself:

@@ -375,24 +375,26 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
         if not self.max_seconds > 0 or self.discard < 0:
             raise ValueError("max_seconds must be > 0 and discard >= 0")
 
-    def resolved(self, a, b) -> bool:
-        """Whether the comparison of paired times ``a``, ``b`` is resolved (see the class)."""
+    def _paired(self, a, b) -> tuple[Verdict, float, float]:
+        """B against A from paired times: the verdict of the ``interim_level`` interval and the
+        ``level`` interval (ratios B/A)."""
         d = np.log(np.asarray(b, np.float64)) - np.log(np.asarray(a, np.float64))
         d = d[np.isfinite(d)]
         (ilo, ihi), (lo, hi) = _intervals(d, [self.interim_level, self.level], serial=True)
-        if _verdict(math.exp(ilo), math.exp(ihi), self.margin) != "equal":
-            return True
-        return (math.exp(hi) - math.exp(lo)) / 2 <= self.resolution / 2
+        return _verdict(math.exp(ilo), math.exp(ihi), self.margin), math.exp(lo), math.exp(hi)
+
+    def resolved(self, a, b) -> bool:
+        """Whether the comparison of paired times ``a``, ``b`` is resolved (see the class)."""
+        clear, lo, hi = self._paired(a, b)
+        return clear != "equal" or (hi - lo) / 2 <= self.resolution / 2
 
     def _against_anchor(self, a, b) -> str:
         """``b`` against the anchor's times ``a``: "beats" (clearly faster, at the interim level),
         "cannot" (cannot be faster by ``resolution`` at ``level``) or "open"."""
-        d = np.log(np.asarray(b, np.float64)) - np.log(np.asarray(a, np.float64))
-        d = d[np.isfinite(d)]
-        (ilo, ihi), (lo, _) = _intervals(d, [self.interim_level, self.level], serial=True)
-        if _verdict(math.exp(ilo), math.exp(ihi), self.margin) == "faster":
+        clear, lo, _ = self._paired(a, b)
+        if clear == "faster":
             return "beats"
-        return "cannot" if math.exp(lo) >= 1.0 - self.resolution else "open"
+        return "cannot" if lo >= 1.0 - self.resolution else "open"
 
     def status(self, times: np.ndarray, elapsed: float) -> PlanStatus:
         """Decide on kept rounds ``times`` (rounds x candidates) after ``elapsed`` seconds."""
