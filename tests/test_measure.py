@@ -461,3 +461,28 @@ def test_cli_writes_nothing_outside_cache_dir(tiny, virtual, tmp_path, monkeypat
                    "--runs", "2", "--no-cache"])
     assert r.exit_code == 0, r.output
     assert not home.exists() or not any(p.is_file() for p in home.rglob("*")), list(home.rglob("*"))
+
+
+def test_replies_read_together_are_all_kept(monkeypatch):
+    """A reply to a request sent ahead (``preload``) can arrive in the same read as the next reply:
+    the bytes past the first reply belong to the second (once dropped, the caller waited forever)."""
+    import subprocess
+    import sys
+
+    from hdp.runtime.measure import WorkerProcess
+
+    script = ("import sys; from hdp.runtime.worker import read_msg, _ENC; import struct\n"
+              "a = read_msg(sys.stdin.buffer); b = read_msg(sys.stdin.buffer)\n"
+              "out = b''.join(struct.pack('<I', len(d)) + d for d in (_ENC.encode({'op': a['op']}), "
+              "_ENC.encode({'op': b['op']})))\n"
+              "sys.stdout.buffer.write(out); sys.stdout.flush(); read_msg(sys.stdin.buffer)\n")
+
+    def start(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, bufsize=0)
+
+    monkeypatch.setattr(WorkerProcess, "start", start)
+    w = WorkerProcess()
+    w.send({"op": "preload"})
+    assert w.call({"op": "load"}, timeout=30) == {"op": "load"}
+    w.close()

@@ -168,6 +168,7 @@ class WorkerProcess:
         self.proc = None
         self.stderr = None
         self.pending: list[str] = []  # ops sent with send() whose replies are not read yet
+        self._buf = bytearray()  # bytes read past the last reply (the start of the next one)
 
     def start(self) -> None:
         import hdp
@@ -210,11 +211,17 @@ class WorkerProcess:
         return self._reply(timeout, str(req.get("op")))
 
     def _reply(self, timeout: float, op: str) -> dict:
+        # One read may return the end of this reply and the start of the next (a reply to a request
+        # sent ahead arrives together with the one after it): what lies past this reply is kept.
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
-        buf = bytearray()
+        buf = self._buf
         need = 4
-        while len(buf) < need:
+        while True:
+            if need == 4 and len(buf) >= 4:
+                need = 4 + int.from_bytes(buf[:4], "little")
+            if len(buf) >= need:
+                break
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 self.close(kill=True)
@@ -223,9 +230,9 @@ class WorkerProcess:
             if not chunk:
                 raise _WorkerFailure(self._death(f"during '{op}'"))
             buf += chunk
-            if need == 4 and len(buf) >= 4:
-                need = 4 + int.from_bytes(buf[:4], "little")
-        return decode_msg(bytes(buf[4:need]))
+        msg = bytes(buf[4:need])
+        del buf[:need]
+        return decode_msg(msg)
 
     def _death(self, when: str) -> str:
         try:
@@ -269,6 +276,7 @@ class WorkerProcess:
                     pass
             self.proc = None
         self.pending = []
+        self._buf = bytearray()
         if self.stderr is not None:
             self.stderr.close()
             self.stderr = None
