@@ -383,8 +383,8 @@ def test_generate_carries_state_like_recomputing():
     import openvino as ov
 
     core = ov.Core()
-    stateful = core.compile_model(_running_sum_lm(True), "CPU")
-    stateless = core.compile_model(_running_sum_lm(False), "CPU")
+    stateful = core.compile_model(_running_sum_lm(True), "CPU", F32)
+    stateless = core.compile_model(_running_sum_lm(False), "CPU", F32)
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
     a, b = zoo.generate(stateful, prompt, steps=3), zoo.generate(stateless, prompt, steps=3)
     assert a.tokens.shape == (2, 4) and len(a.logits) == 4 and a.logits[0].shape == (2, 8)
@@ -402,8 +402,8 @@ def test_generate_follows_given_tokens():
     import openvino as ov
 
     core = ov.Core()
-    stateful = core.compile_model(_running_sum_lm(True), "CPU")
-    stateless = core.compile_model(_running_sum_lm(False), "CPU")
+    stateful = core.compile_model(_running_sum_lm(True), "CPU", F32)
+    stateless = core.compile_model(_running_sum_lm(False), "CPU", F32)
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
     forced = np.array([[7, 0, 7], [0, 7, 0]])
     got = zoo.generate(stateful, prompt, steps=3, follow=forced)
