@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hdp-installed
 # Numba kernels compiled ahead of time into ~/.cache/hdp/numba (hdp/warmup.py), again when the code changes
 WARM   := $(VENV)/.hdp-kernels-cached
+# ... and for the test suite into this checkout (tests/conftest.py): `make test` leaves ~/.cache/hdp alone
+TEST_NUMBA := $(CURDIR)/.numba-cache
+TESTWARM   := $(VENV)/.hdp-test-kernels-cached
 OUT    ?= out
 TARGET ?= virtual
 MODEL  ?= inception_v3
@@ -22,6 +25,10 @@ $(WARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py)
 	$(BIN)/python -m hdp.warmup
 	touch $(WARM)
 
+$(TESTWARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py)
+	NUMBA_CACHE_DIR=$(TEST_NUMBA) $(BIN)/python -m hdp.warmup
+	touch $(TESTWARM)
+
 install: $(STAMP) $(WARM)
 
 ## demo: generate a benchmark model, place it on the shipped default target, measure the placement
@@ -30,12 +37,12 @@ demo: $(STAMP) $(WARM)
 	$(BIN)/hdp compile $(OUT)/$(MODEL).xml --target $(TARGET) -o $(OUT)/$(MODEL).placed.xml --timings $(OUT)/timings.json
 	$(BIN)/hdp show $(OUT)/$(MODEL).placed.xml
 
-test: $(STAMP) $(WARM)
-	$(BIN)/python -m pytest
+test: $(STAMP) $(TESTWARM)
+	NUMBA_CACHE_DIR=$(TEST_NUMBA) $(BIN)/python -m pytest
 
 ## the slow tests (zoo models end to end); CI runs them after `make test`
-test-slow: $(STAMP) $(WARM)
-	$(BIN)/python -m pytest -m slow
+test-slow: $(STAMP) $(TESTWARM)
+	NUMBA_CACHE_DIR=$(TEST_NUMBA) $(BIN)/python -m pytest -m slow
 
 ## fuzz: the long fuzz campaign over every input surface (about 10 minutes, FUZZ_EXAMPLES cases per
 ## surface); counts go to bench/results/fuzz-<date>.json. `make test` runs a 6-case slice of it.

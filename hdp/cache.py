@@ -6,7 +6,7 @@ Layout under the cache root (``--cache-dir``, default ``$XDG_CACHE_HOME/hdp`` or
     <root>/measure/<kk>/<key>.json    measured latencies                   hdp.runtime.measure
     <root>/support/<kk>/<key>.json    query_model answers per device       hdp.passes.support
     <root>/calibrate/<kk>/<key>.json  fitted boundary models per host       hdp.runtime.calibrate
-    <root>/zoo/...                    generated benchmark models           hdp.zoo (not pruned)
+    <root>/zoo/<model>-<key>/         generated benchmark models           hdp.zoo
 
 An entry file is ``MAGIC``, then a blake2b checksum of the key and the payload together, then the
 payload: a damaged entry, or an intact entry moved under another key, fails the check and is
@@ -14,9 +14,13 @@ discarded (never used). Entries are written with :func:`hdp.fsutil.atomic_write`
 touches its modification time, so pruning removes the least recently used first. The store never
 fails its caller: an unreadable or unwritable entry is a miss (with a warning), not an error.
 
-Size cap: ``HDP_CACHE_MAX_BYTES`` (default 2 GiB) over the pruned namespaces; the first time a
-process opens a cache root it removes temporaries of dead writers and, when the entries exceed the
-cap, prunes them to 80 % of it. ``hdp cache info`` and ``hdp cache prune`` show and prune by hand.
+A zoo entry is a directory (the model's ``.xml`` and ``.bin``); using it touches its ``.xml``, so
+it is pruned least recently used first like the others, as one entry.
+
+Size cap: ``HDP_CACHE_MAX_BYTES`` (default 2 GiB) over every namespace, the zoo included; the first
+time a process opens a cache root it removes temporaries of dead writers and, when the entries
+exceed the cap, prunes them to 80 % of it. ``hdp cache info`` and ``hdp cache prune`` show and
+prune by hand.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ MAGIC = b"HDPC\x01"
 _CHECK = 16
 DEFAULT_MAX_BYTES = 2 << 30
 MAX_BYTES_ENV = "HDP_CACHE_MAX_BYTES"
-#: (namespace, subdirectory of the root, entry suffix); the zoo is listed by ``info`` only.
+#: (namespace, subdirectory of the root, entry suffix) of the entry stores; the zoo (directories) apart.
 NAMESPACES = (("passes", "", ".hdp"), ("measure", "measure", ".json"), ("support", "support", ".json"),
               ("calibrate", "calibrate", ".json"))
+#: Generated zoo models: one directory per model under ``<root>/zoo`` (:mod:`hdp.zoo`).
+ZOO = "zoo"
 _KEY_RE = re.compile(r"^[0-9a-f]{4,128}$")
 _opened: set = set()
 _opened_lock = threading.Lock()
@@ -169,8 +175,33 @@ def _shards(base: Path) -> list[str]:
         return []
 
 
+def _zoo_entries(root: Path, clean: bool) -> tuple[list[Entry], int]:
+    """The zoo's model directories as entries (size: their files; time: the newest file's, so that
+    using a model, which touches its ``.xml``, makes it recent)."""
+    zoo = root / ZOO
+    removed = clean_stale(zoo) if clean else 0
+    out: list[Entry] = []
+    try:
+        dirs = [e for e in os.scandir(zoo) if e.is_dir(follow_symlinks=False) and not is_temp(e.name)]
+    except OSError:
+        return out, removed
+    for d in dirs:
+        size, mtime = 0, 0.0
+        for dirpath, _, files in os.walk(d.path):
+            for f in files:
+                try:
+                    st = os.lstat(os.path.join(dirpath, f))
+                except OSError:
+                    continue
+                size += st.st_size
+                mtime = max(mtime, st.st_mtime)
+        out.append(Entry(ZOO, Path(d.path), size, mtime))
+    return out, removed
+
+
 def _entries(root: Path, clean: bool = True) -> tuple[list[Entry], int]:
-    """Every entry of the pruned namespaces, and how many stale temporaries were removed."""
+    """Every entry of every namespace (the zoo's models included), and how many stale temporaries
+    were removed."""
     out: list[Entry] = []
     removed = 0
     for ns, sub, suffix in NAMESPACES:
@@ -188,7 +219,8 @@ def _entries(root: Path, clean: bool = True) -> tuple[list[Entry], int]:
                     except OSError:
                         continue
                     out.append(Entry(ns, Path(f.path), st.st_size, st.st_mtime))
-    return out, removed
+    zoo, zremoved = _zoo_entries(root, clean)
+    return out + zoo, removed + zremoved
 
 
 def open_root(root: str | os.PathLike) -> None:
@@ -208,7 +240,10 @@ def _prune(entries: list[Entry], limit: int) -> tuple[int, int]:
         if total <= limit:
             break
         try:
-            e.path.unlink()
+            if e.namespace == ZOO:
+                shutil.rmtree(e.path)
+            else:
+                e.path.unlink()
         except FileNotFoundError:
             pass
         except OSError:
@@ -229,23 +264,13 @@ def prune(root: str | os.PathLike, limit: int | None = None) -> dict:
 
 
 def info(root: str | os.PathLike) -> dict:
-    """Entries and bytes per namespace (and the zoo's size), without changing anything."""
+    """Entries and bytes per namespace (the zoo's models included), without changing anything."""
     root = Path(root)
     entries, _ = _entries(root, clean=False)
     out = {"root": str(root), "max_bytes": max_bytes(), "namespaces": {}}
-    for ns, _, _ in NAMESPACES:
+    for ns in [n for n, _, _ in NAMESPACES] + [ZOO]:
         mine = [e for e in entries if e.namespace == ns]
         out["namespaces"][ns] = {"entries": len(mine), "bytes": sum(e.size for e in mine)}
-    zoo = root / "zoo"
-    zbytes = zn = 0
-    if zoo.is_dir():
-        for dirpath, _, files in os.walk(zoo):
-            for f in files:
-                try:
-                    zbytes += os.lstat(os.path.join(dirpath, f)).st_size
-                except OSError:
-                    pass
-            zn += dirpath != str(zoo) and os.path.dirname(dirpath) == str(zoo)
-    out["zoo"] = {"entries": zn, "bytes": zbytes}
+    out["zoo"] = out["namespaces"][ZOO]
     out["total_bytes"] = sum(e.size for e in entries)
     return out

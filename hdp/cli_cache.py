@@ -42,10 +42,9 @@ def cache_info_cmd(cache_dir, as_json):
         return
     click.echo(f"cache root: {doc['root']}  (cap {_mb(doc['max_bytes'])} over {', '.join(doc['namespaces'])})")
     for ns, row in doc["namespaces"].items():
-        click.echo(f"  {ns:<8} {row['entries']:>7} entries  {_mb(row['bytes']):>12}")
-    z = doc["zoo"]
-    click.echo(f"  {'zoo':<8} {z['entries']:>7} models   {_mb(z['bytes']):>12}  (not pruned)")
-    click.echo(f"  total    {_mb(doc['total_bytes'])} in pruned caches")
+        what = "models " if ns == "zoo" else "entries"
+        click.echo(f"  {ns:<9} {row['entries']:>7} {what}  {_mb(row['bytes']):>12}")
+    click.echo(f"  total     {_mb(doc['total_bytes'])} (pruned least recently used first above the cap)")
 
 
 @cache_group.command("prune")
@@ -54,7 +53,8 @@ def cache_info_cmd(cache_dir, as_json):
               help="Keep at most SIZE (e.g. 500M, 2G; 0 empties the caches); default: the cap.")
 @user_errors
 def cache_prune_cmd(cache_dir, max_size):
-    """Remove least recently used entries down to a size, and temporaries of killed runs."""
+    """Remove least recently used entries (zoo models included) down to a size, and temporaries of
+    killed runs."""
     from hdp.cache import parse_size, prune
     from hdp.errors import InputError
 

@@ -235,8 +235,11 @@ def export(name: str, output: str | os.PathLike, *, cache_root: str | os.PathLik
         with tempfile.TemporaryDirectory(prefix="hdp-zoo-") as d:
             _copy_ir(cached(spec, d), out)
         return out
-    xml = cached(spec, None if cache_root is None else Path(cache_root) / "zoo")
-    _copy_ir(xml, out)
+    root = None if cache_root is None else Path(cache_root) / "zoo"
+    try:
+        _copy_ir(cached(spec, root), out)
+    except FileNotFoundError:  # pruned by another process between finding and copying it
+        _copy_ir(cached(spec, root), out)
     return out
 
 
@@ -247,6 +250,10 @@ def cached(name: str | Spec, cache_dir: str | os.PathLike | None = None, **varia
     entry = root / f"{re.sub(r'[:,]', '_', str(spec))}-{cache_key(spec)}"
     xml = entry / "model.xml"
     if xml.is_file() and xml.with_suffix(".bin").is_file():
+        try:
+            os.utime(xml)  # recently used: `hdp cache prune` removes the least recently used first
+        except OSError:
+            pass
         return xml
     root.mkdir(parents=True, exist_ok=True)
     clean_stale(root)  # generations killed half-way

@@ -9,7 +9,9 @@ Fixtures (registered in ``tests/conftest.py``):
   ``llama_int4_xml`` (that stateful Llama with NNCF int4 asym grouped weights), ``cnn_fp16_xml``
   (FP16-compressed MobileNetV2): the models of issue 9's "done when" list, tiny.
 
-The models come from ``hdp.zoo``'s cache (``$HDP_TEST_ZOO_CACHE`` if set, else the user's zoo cache), so a
+The models come from ``hdp.zoo``'s cache: ``$HDP_TEST_ZOO_CACHE`` if set (a directory kept between
+sessions, to skip the builds), else the zoo cache of the session's temporary hdp cache (see
+``tests/conftest.py``: the suite never writes the user's ``~/.cache/hdp``), built once per session. A
 warm cache gives them in well under a second; a cold one builds each tiny model in a few seconds after a
 one-off import of torch/transformers (20-30 s on a busy 2-core machine). A missing optional package
 (transformers, keras, nncf) skips the test with the install hint. Treat the returned files as read-only
