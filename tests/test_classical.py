@@ -306,3 +306,32 @@ def test_optimal_equals_brute_force_over_tie_groups_with_ties(nd, seed):
         for a, b in ties:
             assert dev[a] == dev[b]
         assert pr.allowed[np.arange(pr.n_groups), p.group_device].all()
+
+
+# --- issue 21: replicated chains cost once per device, and optimal stays exact -------------------
+
+def replicated_graph(rng, nd):
+    """A small random DAG in which some compute ops are fragile, so that replicated chains feed
+    several groups (units of :class:`~hdp.placement.problem.PlacementProblem`)."""
+    from placement_helpers import random_types_and_edges
+
+    while True:
+        types, edges = random_types_and_edges(rng, int(rng.integers(8, 14)), 0.3, 0.1)
+        n = len(types)
+        fragile = (rng.random(n) < 0.35) & (np.array(types) == "X")
+        m = make_module(types, edges, rng.uniform(0.5, 2.0, size=(n, nd)), edge_bytes=rng.integers(1, 2000, len(edges)),
+                        lat=0.05, bw=1e3, ovh=0.2, fragile=fragile)
+        p = problem(m)
+        if np.diff(p.r_ptr).max(initial=0) >= 2 and 3 <= p.n_groups <= (10 if nd == 2 else 7):
+            return m
+
+
+@pytest.mark.parametrize("nd,seed", [(2, s) for s in range(8)] + [(3, s) for s in range(4)])
+def test_optimal_equals_brute_force_with_replicated_chains(nd, seed):
+    m = replicated_graph(np.random.default_rng(2100 + 10 * nd + seed), nd)
+    for penalty in (0.0, 0.2):
+        got = run("optimal", m, boundary_penalty=penalty, mip_gap=0.0, margin=0.0)
+        assert objective(m, got.group_device, penalty) == pytest.approx(brute_force(m, penalty), rel=1e-6)
+        if nd == 2:
+            ilp = run("optimal", m, arg="ilp", boundary_penalty=penalty, mip_gap=0.0, margin=0.0)
+            assert objective(m, ilp.group_device, penalty) == pytest.approx(brute_force(m, penalty), rel=1e-6)

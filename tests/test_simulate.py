@@ -242,3 +242,54 @@ def test_terms_match_a_direct_count_and_parallel_never_exceeds_sequential(seed, 
     if g.ties is not None:
         for a, b in g.ties.numpy():
             assert eff[a] == eff[b]
+
+
+# --- one placement, one price (issue 21) ---------------------------------------------------------
+
+def test_price_depends_on_the_placement_alone_not_on_the_ties():
+    """A replicated chain feeding two groups costs its time once per device that runs one of them:
+    tying the two groups (as a repair ties an op to its neighbour) changes no placement's price."""
+    from hdp.placement.problem import build_problem
+
+    # P0 -> a1 -> f2 -> f3 -> b4 -> c5 -> R6, and f3 -> c5; f2, f3 fragile (replicated into b and c)
+    types = ["Parameter", "X", "X", "X", "X", "X", "Result"]
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (3, 5), (5, 6)]
+    t = [[0, 0], [1, 1], [2, 20], [3, 30], [4, 4], [5, 5], [0, 0]]
+    fragile = np.array([0, 0, 1, 1, 0, 0, 0], bool)
+    m = make_module(types, edges, t, edge_bytes=[10] * len(edges), fragile=fragile)
+    loose = problem(m)
+    tied = build_problem(m, m.costs.devices, extra_ties=[(4, 5)])
+    assert tied.n_groups == loose.n_groups - 1 == 2
+    for per_op in ([0] * 7, [1] * 7, [1, 1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1]):
+        a = Simulator(loose).report(per_group(loose, per_op))
+        b = Simulator(tied).report(per_group(tied, per_op))
+        assert a == pytest.approx(b), per_op
+    sim = Simulator(loose)
+    gb, gc = loose.structure.group_of[4], loose.structure.group_of[5]
+    split = np.zeros(loose.n_groups, np.int64)
+    split[gc] = 1
+    # P, a, b on D0 and c on D1: the chain (2 + 3 on D0, 20 + 30 on D1) runs once on each device
+    assert sim.terms(split)[0] == pytest.approx(1 + 4 + 5 + 5 + 50)
+    assert sim.terms(loose.single(0))[0] == pytest.approx(1 + 4 + 5 + 5)
+    assert loose.lower_bound() == pytest.approx(1 + 4 + 5 + 5)
+    assert gb != gc
+
+
+@pytest.mark.slow
+def test_two_methods_ending_on_one_device_get_one_price(zoo_export, tmp_path):
+    """The case of issue 21: heft's placement of an int4 dynamic Llama fails its check and is
+    repaired (ties learned), optimal's is not; both end with every op on the CPU of i9-flex170."""
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    xml = zoo_export("llama-tiny:dynamic,int4")
+    sims = {}
+    for method in ("heft", "optimal"):
+        r = CliRunner().invoke(main, ["compile", str(xml), "--target", "i9-flex170", "--method", method,
+                                      "-o", str(tmp_path / f"{method}.xml"), "--cache-dir", str(tmp_path / "c")])
+        assert r.exit_code == 0, r.output
+        assert "GPU: 0 ops)" in r.output, r.output
+        (line,) = [x for x in r.output.splitlines() if x.startswith("simulated:")]
+        sims[method] = line
+    assert sims["heft"] == sims["optimal"], sims

@@ -100,7 +100,7 @@ def build_learn_graph(module: Module, problem: PlacementProblem, cost_aware: boo
     np.logical_and.at(allowed, node_of_group, problem.allowed)
     allowed[~allowed.any(axis=1)] = True
     cost = np.zeros((n, nd))
-    np.add.at(cost, node_of_group, np.where(problem.allowed, problem.time, 0.0))
+    np.add.at(cost, node_of_group, np.where(problem.allowed, problem.time_with_copies(), 0.0))
     cost = np.where(allowed, cost, 0.0)
 
     # node edges from the tensors (producer group -> consumer group), with their copy seconds

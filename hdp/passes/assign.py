@@ -25,7 +25,7 @@ class AssignPass(Pass, tag="assign"):
     refine_rounds: int = 200
     requires = ("graph", "partition")
     provides = ("placement",)
-    version = 2
+    version = 3  # replicated chains priced once per device (the price depends on the placement alone)
 
     def run(self, module: Module) -> Module:
         from hdp.placement.problem import problem_of

@@ -7,8 +7,14 @@ device per op (:meth:`Structure.op_devices`).
 - ``allowed[g, d]``: every placed member of group ``g``, and every replicated op it gets a copy
   of, is supported by device ``d`` and has a finite time there. Constant data needs no support
   (it is data of its consumer), nor do Parameters and Results.
-- ``time[g, d]``: the members' times plus the times of the replicated copies (``inf`` where not
-  allowed); 0 everywhere without a cost table.
+- ``time[g, d]``: the members' times (``inf`` where not allowed); 0 everywhere without a cost table.
+- replicated copies (:data:`~hdp.placement.structure.REPLICATED` chains): the written model gives
+  every consumer its own copy on its own device, and the plugin of each device computes the
+  identical copies it gets once. So a replicated op costs its time once on every device that runs
+  one of the groups it feeds: ``r_time[u, d]`` for each *unit* ``u`` (replicated ops feeding the
+  same groups, summed) and device ``d`` used by one of its groups ``r_groups[r_ptr[u]:r_ptr[u+1]]``.
+  This makes the price of a placement a function of the device of every op alone: ties learned
+  by a repair (which merge groups) do not change it.
 - ``t_cost[t]``: seconds one copy of tensor ``t`` costs across a device boundary
   (``link_latency + bytes / link_bandwidth``).
 """
@@ -35,6 +41,9 @@ class PlacementProblem(msgspec.Struct, frozen=True):
     allowed: np.ndarray  # bool n_groups x n_devices
     op_time: np.ndarray  # float64 n_ops x n_devices: the cost table in device order (0 without one)
     t_cost: np.ndarray  # float64 per tensor
+    r_ptr: np.ndarray  # int64, n_units + 1: CSR of the groups fed by each unit of replicated ops
+    r_groups: np.ndarray  # int64
+    r_time: np.ndarray  # float64 n_units x n_devices (0 where a device cannot run the unit)
     link_latency: float = 0.0
     link_bandwidth: float = float("inf")
     subgraph_overhead: float = 0.0
@@ -66,10 +75,27 @@ class PlacementProblem(msgspec.Struct, frozen=True):
         return np.full(self.n_groups, d, np.int16)
 
     def lower_bound(self) -> float:
-        """Σ over groups of the fastest allowed device's time: no placement is faster."""
+        """Σ over groups of the fastest allowed device's time, plus every unit of replicated ops
+        on the fastest device one of its groups may use: no placement is faster."""
         if not self.n_groups:
             return 0.0
-        return float(np.where(self.allowed, self.time, np.inf).min(axis=1).sum())
+        low = float(np.where(self.allowed, self.time, np.inf).min(axis=1).sum())
+        if self.r_time.shape[0]:
+            can = np.zeros(self.r_time.shape, bool)
+            np.logical_or.at(can, np.repeat(np.arange(self.r_time.shape[0]), np.diff(self.r_ptr)),
+                             self.allowed[self.r_groups])
+            low += float(np.where(can, self.r_time, np.inf).min(axis=1).sum())
+        return low
+
+    def time_with_copies(self) -> np.ndarray:
+        """``time`` plus, for every group, the whole time of each unit of replicated ops it feeds
+        (as if each group computed its own copy): a per-group figure for heuristics and features,
+        not the price of a placement (that is the simulator's)."""
+        if not self.r_time.shape[0]:
+            return self.time
+        t = np.array(self.time)
+        np.add.at(t, self.r_groups, self.r_time[np.repeat(np.arange(self.r_time.shape[0]), np.diff(self.r_ptr))])
+        return np.where(self.allowed, t, np.inf)
 
 
 def _columns(names: tuple[str, ...], devices: tuple[str, ...], what: str) -> list[int]:
@@ -115,8 +141,8 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     np.add.at(bad, st.group_of[pl], ~ok[pl])
     if st.r_ops.size:
         rg = np.repeat(np.arange(k), np.diff(st.r_ptr))
-        np.add.at(time, rg, np.where(ok[st.r_ops], op_time[st.r_ops], 0.0))
         np.add.at(bad, rg, ~ok[st.r_ops])
+    r_ptr, r_groups, r_time = _replicated_units(st, np.where(ok, op_time, 0.0))
     allowed = bad == 0
     none = np.nonzero(~allowed.any(axis=1))[0]
     if none.size:
@@ -133,11 +159,36 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     else:
         lat, bw, ovh = 0.0, float("inf"), 0.0
         t_cost = np.zeros(st.n_tensors)
-    for a in (time, allowed, op_time, t_cost):
+    for a in (time, allowed, op_time, t_cost, r_ptr, r_groups, r_time):
         a.setflags(write=False)
     return PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
-                            t_cost=t_cost, link_latency=lat, link_bandwidth=bw, subgraph_overhead=ovh,
-                            has_costs=c is not None)
+                            t_cost=t_cost, r_ptr=r_ptr, r_groups=r_groups, r_time=r_time, link_latency=lat,
+                            link_bandwidth=bw, subgraph_overhead=ovh, has_costs=c is not None)
+
+
+def _replicated_units(st: Structure, op_time: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(r_ptr, r_groups, r_time): the replicated ops grouped by the set of groups they feed, each
+    unit's time per device the sum of its ops' (see the module docstring)."""
+    nd = op_time.shape[1]
+    if not st.r_ops.size:
+        return np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros((0, nd))
+    rg = np.repeat(np.arange(st.n_groups, dtype=np.int64), np.diff(st.r_ptr))
+    ops = st.r_ops.astype(np.int64)
+    order = np.lexsort((rg, ops))
+    ops, rg = ops[order], rg[order]
+    starts = np.flatnonzero(np.r_[True, ops[1:] != ops[:-1]])
+    ends = np.r_[starts[1:], ops.size]
+    units: dict[tuple[int, ...], int] = {}
+    unit_of = np.empty(starts.size, np.int64)
+    for j, (a, b) in enumerate(zip(starts, ends)):
+        unit_of[j] = units.setdefault(tuple(rg[a:b].tolist()), len(units))
+    r_time = np.zeros((len(units), nd))
+    np.add.at(r_time, unit_of, op_time[ops[starts]])
+    sets = list(units)
+    r_ptr = np.zeros(len(sets) + 1, np.int64)
+    r_ptr[1:] = np.cumsum([len(g) for g in sets])
+    r_groups = np.fromiter((g for gs in sets for g in gs), np.int64, int(r_ptr[-1]))
+    return r_ptr, r_groups, r_time
 
 
 _CACHE: list[tuple[tuple, tuple, PlacementProblem]] = []

@@ -6,6 +6,7 @@ devices allowed for them, so every result respects the legality rules of :mod:`h
 ``optimal`` solves the sequential HETERO cost model of :mod:`hdp.runtime.simulate` exactly::
 
     minimise  Σ_i time[i, dev_i]  +  Σ_(t, d) (copy_t + boundary_penalty) · [some consumer of t on d ≠ dev(producer t)]
+              +  Σ_(u, d) r_time[u, d] · [some group fed by replicated unit u on d]
 
 over tie groups, with two devices as an s-t minimum cut, with more as a mixed-integer program
 (HiGHS): exact for the legal problem. The
@@ -94,20 +95,21 @@ def heft(o: Heft, ctx: PlaceContext) -> Placed:
     k = p.n_groups
     if not k:
         return Placed(np.zeros(0, np.int16))
-    rank = K.upward_rank(sim.time, sim.s_ptr, sim.s_dst, sim.s_cost)
+    rank = K.upward_rank(sim.time_full, sim.s_ptr, sim.s_dst, sim.s_cost)
     sched = np.lexsort((np.arange(k), -rank)).astype(np.int64)
     dev = np.full(k, -1, np.int64)
-    makespan = K.heft_schedule(sched, sim.time, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
+    makespan = K.heft_schedule(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
     return Placed(dev.astype(np.int16), {"makespan": float(makespan), **sim.report(dev),
                                          "parallel": sim.latency_parallel(dev)})
 
 
 class _Model:
-    """The optimisation model over tie groups: their costs and the copy terms.
+    """The optimisation model over tie groups: their costs, the copy terms and the replicated units.
 
     ``t_w[t]`` charges one copy of tensor ``t`` (plus the boundary penalty) for every device other
     than its producer's on which a consumer group runs; ``pair_t``/``pair_q`` list each tensor's
-    consumer groups."""
+    consumer groups. ``r_w[u, d]`` charges replicated unit ``u`` on every device ``d`` that runs one
+    of its groups (``rpair_u``/``rpair_q``)."""
 
     def __init__(self, problem, penalty: float):
         st = problem.structure
@@ -118,6 +120,10 @@ class _Model:
         self.t_w = np.asarray(problem.t_cost) + penalty
         self.pair_t = np.repeat(np.arange(self.n_t, dtype=np.int64), np.diff(st.t_ptr))
         self.pair_q = st.t_cons.astype(np.int64)
+        self.r_w = np.asarray(problem.r_time, np.float64)
+        self.n_r = self.r_w.shape[0]
+        self.rpair_u = np.repeat(np.arange(self.n_r, dtype=np.int64), np.diff(problem.r_ptr))
+        self.rpair_q = np.asarray(problem.r_groups, np.int64)
 
     def objective(self, cdev: np.ndarray) -> float:
         """Exact objective of a device per cluster."""
@@ -126,7 +132,8 @@ class _Model:
         cross = d != cdev[self.t_prod[self.pair_t]]
         nd = self.cost.shape[1]
         td = np.unique(self.pair_t[cross] * nd + d[cross])  # one copy per (tensor, device)
-        return unary + float(self.t_w[td // nd].sum())
+        ud = np.unique(self.rpair_u * nd + cdev[self.rpair_q])  # one replicated copy per (unit, device)
+        return unary + float(self.t_w[td // nd].sum()) + float(self.r_w[ud // nd, ud % nd].sum())
 
     def fallback(self) -> np.ndarray:
         """The better of: each cluster on its fastest device; everything on one device."""
@@ -143,7 +150,11 @@ def _mincut(m: _Model) -> tuple[np.ndarray, dict]:
     from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
     s, t = m.k, m.k + 1
-    a, b = m.cost[:, 0], m.cost[:, 1]
+    a, b = m.cost[:, 0].copy(), m.cost[:, 1].copy()
+    nr = np.bincount(m.rpair_u, minlength=m.n_r)
+    one = nr[m.rpair_u] == 1  # a unit feeding one group is part of that group's cost
+    np.add.at(a, m.rpair_q[one], m.r_w[m.rpair_u[one], 0])
+    np.add.at(b, m.rpair_q[one], m.r_w[m.rpair_u[one], 1])
     low = np.minimum(a, b)
     rows, cols, caps, inf = [], [], [], []
 
@@ -171,6 +182,18 @@ def _mincut(m: _Model) -> tuple[np.ndarray, dict]:
     mp = ~single
     add(y[slot[m.pair_t[mp]]], m.pair_q[mp], np.zeros(int(mp.sum())), True)
     add(m.pair_q[mp], z[slot[m.pair_t[mp]]], np.zeros(int(mp.sum())), True)
+    # a unit feeding several groups: yr "some group on device 1" pays r_w[u, 1], zr "... on 0" r_w[u, 0]
+    multi_u = np.nonzero(nr > 1)[0]
+    raux = aux.shape[0] + m.k + 2 + np.arange(2 * multi_u.shape[0])
+    yr, zr = raux[0::2], raux[1::2]
+    add(np.full(multi_u.shape[0], s), yr, m.r_w[multi_u, 1], False)
+    add(zr, np.full(multi_u.shape[0], t), m.r_w[multi_u, 0], False)
+    rslot = np.full(m.n_r, -1, np.int64)
+    rslot[multi_u] = np.arange(multi_u.shape[0])
+    mr = ~one
+    add(yr[rslot[m.rpair_u[mr]]], m.rpair_q[mr], np.zeros(int(mr.sum())), True)
+    add(m.rpair_q[mr], zr[rslot[m.rpair_u[mr]]], np.zeros(int(mr.sum())), True)
+    aux = np.concatenate([aux, raux])
     rows, cols, caps, inf = (np.concatenate(x) for x in (rows, cols, caps, inf))
     finite_total = float(caps[~inf].sum())
     scale = _FINITE_BUDGET / finite_total if finite_total > 0 else 1.0
@@ -208,12 +231,21 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
         np.logical_or.at(need[:, d], m.pair_t, ok[m.pair_q, d])
     yid = np.full((m.n_t, nd), -1, np.int64)
     yid[need] = nx_ + np.arange(int(need.sum()))
-    nv = nx_ + int(need.sum())
-    scale = 1e3 / max(float(np.where(ok, m.cost, np.inf).min(axis=1).sum() + m.t_w.sum()), 1e-300)
+    # replicated-unit variable (u, d) exists where some group it feeds may run on d
+    rneed = np.zeros((m.n_r, nd), bool)
+    for d in range(nd):
+        np.logical_or.at(rneed[:, d], m.rpair_u, ok[m.rpair_q, d])
+    ny = nx_ + int(need.sum())
+    rid = np.full((m.n_r, nd), -1, np.int64)
+    rid[rneed] = ny + np.arange(int(rneed.sum()))
+    nv = ny + int(rneed.sum())
+    scale = 1e3 / max(float(np.where(ok, m.cost, np.inf).min(axis=1).sum() + m.t_w.sum() + m.r_w.sum()), 1e-300)
     c = np.zeros(nv)
     c[:nx_] = m.cost[ok] * scale
     tt, dd = np.nonzero(need)
     c[yid[tt, dd]] = m.t_w[tt] * scale
+    uu, ud = np.nonzero(rneed)
+    c[rid[uu, ud]] = m.r_w[uu, ud] * scale
     # Σ_d x[c, d] = 1
     r_one = np.repeat(np.arange(k), ok.sum(axis=1))
     A1 = sp.csr_array((np.ones(nx_), (r_one, xid[ok])), shape=(k, nv))
@@ -230,15 +262,23 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
     rows.append(r[has_p])
     cols.append(xid[pp[has_p], pd[has_p]])
     vals.append(np.ones(int(has_p.sum())))
-    A2 = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nr, nv))
+    # y[u, d] - x[q, d] >= 0 for every group q a replicated unit u feeds and device d it may use
+    rq, rd = np.nonzero(ok[m.rpair_q])
+    ru, rqq = m.rpair_u[rq], m.rpair_q[rq]
+    n3 = rq.shape[0]
+    r3 = nr + np.arange(n3)
+    rows += [r3, r3]
+    cols += [rid[ru, rd], xid[rqq, rd]]
+    vals += [np.ones(n3), -np.ones(n3)]
+    A2 = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nr + n3, nv))
     cons = [LinearConstraint(A1, 1, 1)]
-    if nr:
+    if nr + n3:
         cons.append(LinearConstraint(A2, 0, np.inf))
     integrality = np.zeros(nv)
     integrality[:nx_] = 1
     res = milp(c, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
                options={"time_limit": float(time_limit), "mip_rel_gap": float(mip_gap), "disp": False})
-    info = {"solver": "ilp", "status": res.message, "variables": nv, "constraints": k + nr,
+    info = {"solver": "ilp", "status": res.message, "variables": nv, "constraints": k + nr + n3,
             "gap": float(res.mip_gap) if getattr(res, "mip_gap", None) is not None else float("nan")}
     if res.x is None:
         info["status"] = f"{res.message}; no solution found, used the best simple placement"

@@ -7,6 +7,8 @@ Conventions shared by every kernel (built once by :class:`hdp.runtime.simulate.S
 - ``time``: float64 n_ops x n_devices, ``inf`` where unsupported, 0 for Parameter/Constant/Result;
 - tensors ``t``: CSR ``t_ptr``/``t_cons`` of the distinct consumer ops of each chargeable output
   tensor, ``t_prod`` its producer and ``t_cost`` the seconds one copy of it costs;
+- replicated units ``u``: CSR ``r_ptr``/``r_grp`` of the groups each feeds and ``r_time[u, d]``, its
+  seconds on device ``d``, paid once on every device that runs one of those groups;
 - union edges ``u_src``/``u_dst``: every edge whose producer is not a Constant, in CSR (producer)
   order, so that a producer's incoming edges are all seen before its outgoing ones.
 """
@@ -223,11 +225,25 @@ def count_subgraphs(label, k, counted, seen):
 
 
 @njit(cache=True)
-def sequential_terms(dev, res_src, time, t_ptr, t_prod, t_cons, t_cost, u_src, u_dst, counted,
-                     eff, stamp, label, parent, label2, stage, comp0, flags, seen):
+def replicated_time(eff, r_ptr, r_grp, r_time, stamp):
+    """Each unit of replicated ops costs its time once on every device running one of its groups."""
+    stamp[:] = -1
+    total = 0.0
+    for u in range(r_ptr.shape[0] - 1):
+        for i in range(r_ptr[u], r_ptr[u + 1]):
+            d = eff[r_grp[i]]
+            if stamp[d] != u:
+                stamp[d] = u
+                total += r_time[u, d]
+    return total
+
+
+@njit(cache=True)
+def sequential_terms(dev, res_src, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, r_grp, r_time, u_src, u_dst,
+                     counted, eff, stamp, label, parent, label2, stage, comp0, flags, seen):
     """(compute seconds, copy seconds, number of subgraphs) of one placement."""
     effective_devices(dev, res_src, eff)
-    comp = compute_time(eff, time)
+    comp = compute_time(eff, time) + replicated_time(eff, r_ptr, r_grp, r_time, stamp)
     copy = copy_time(eff, t_ptr, t_prod, t_cons, t_cost, stamp)
     k = subgraph_labels(eff, u_src, u_dst, label, parent, label2, stage, comp0, flags)
     nsub = count_subgraphs(label, k, counted, seen)
@@ -235,13 +251,13 @@ def sequential_terms(dev, res_src, time, t_ptr, t_prod, t_cons, t_cost, u_src, u
 
 
 @njit(cache=True)
-def sequential_batch(devs, res_src, time, t_ptr, t_prod, t_cons, t_cost, u_src, u_dst, counted,
-                     overhead, out, eff, stamp, label, parent, label2, stage, comp0, flags, seen):
+def sequential_batch(devs, res_src, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, r_grp, r_time, u_src, u_dst,
+                     counted, overhead, out, eff, stamp, label, parent, label2, stage, comp0, flags, seen):
     """Sequential latency of every row of ``devs`` into ``out``."""
     for b in range(devs.shape[0]):
         comp, copy, nsub = sequential_terms(devs[b], res_src, time, t_ptr, t_prod, t_cons, t_cost,
-                                            u_src, u_dst, counted, eff, stamp, label, parent,
-                                            label2, stage, comp0, flags, seen)
+                                            r_ptr, r_grp, r_time, u_src, u_dst, counted, eff, stamp, label,
+                                            parent, label2, stage, comp0, flags, seen)
         out[b] = comp + copy + overhead * nsub
 
 

@@ -179,21 +179,24 @@ def op_common(op_time: np.ndarray) -> np.ndarray:
     return np.where(fin, t, 0.0).sum(axis=1) / np.maximum(fin.sum(axis=1), 1)
 
 
-def group_common(problem) -> np.ndarray:
-    """Σ m_op per tie group, accumulated as :func:`hdp.placement.problem.build_problem` accumulates
-    the groups' times (members and the replicated copies a group gets)."""
+def group_common(problem) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ m_op per tie group, Σ m_op per unit of replicated ops), accumulated as
+    :func:`hdp.placement.problem.build_problem` accumulates ``time`` and ``r_time``."""
     st = problem.structure
     m = op_common(problem.op_time)
     m = np.where(np.isfinite(m), m, 0.0)
     g = np.zeros(st.n_groups)
     pl = st.group_of >= 0
     np.add.at(g, st.group_of[pl], m[pl])
-    if st.r_ops.size:
-        np.add.at(g, np.repeat(np.arange(st.n_groups), np.diff(st.r_ptr)), m[st.r_ops])
-    return g
+    nd = max(problem.n_devices, 1)
+    # a unit's common time: its r_time recomputed from m (every column of op_common is m)
+    from hdp.placement.problem import _replicated_units
+
+    _, _, r = _replicated_units(st, np.repeat(m[:, None], nd, axis=1))
+    return g, r[:, 0] if r.size else np.zeros(r.shape[0])
 
 
-def placement_features(problem, sim, group_device, common: np.ndarray | None = None) -> Features:
+def placement_features(problem, sim, group_device, common: tuple | None = None) -> Features:
     """The :class:`Features` of a device per tie group of ``problem`` (``sim``: its Simulator;
     ``common``: :func:`group_common` of the problem, computed if not given)."""
     gd = np.asarray(group_device, np.int64)
@@ -202,8 +205,14 @@ def placement_features(problem, sim, group_device, common: np.ndarray | None = N
     k = gd.shape[0]
     if common is None:
         common = group_common(problem)
+    g_common, r_common = common
     compute = np.bincount(gd, weights=problem.time[np.arange(k), gd], minlength=nd) if k else np.zeros(nd)
-    shared = np.bincount(gd, weights=common, minlength=nd) if k else np.zeros(nd)
+    shared = np.bincount(gd, weights=g_common, minlength=nd) if k else np.zeros(nd)
+    if r_common.size and k:  # replicated units: once on every device running one of their groups
+        ru = np.repeat(np.arange(r_common.size), np.diff(problem.r_ptr))
+        ud = np.unique(ru * nd + gd[problem.r_groups])
+        compute = compute + np.bincount(ud % nd, weights=problem.r_time[ud // nd, ud % nd], minlength=nd)
+        shared = shared + np.bincount(ud % nd, weights=r_common[ud // nd], minlength=nd)
     _, _, nsub = sim.terms(gd) if k else (0.0, 0.0, 0)
     pair_t = np.repeat(np.arange(st.n_tensors, dtype=np.int64), np.diff(st.t_ptr))
     d = gd[st.t_cons.astype(np.int64)] if pair_t.size else np.zeros(0, np.int64)
@@ -438,9 +447,10 @@ def design(module, problem, *, seed: int = 0, heldout: int = 10, fit_random: int
         add(f"random:groups:{frac:g}", gd, need_mixed=True)
     # the placements that harvest per-op profile noise the most, both ways: they pin down how much
     # of the per-op contrast between devices is real (λ)
-    t = np.where(problem.allowed, problem.time, np.inf)
+    full = problem.time_with_copies()
+    t = np.where(problem.allowed, full, np.inf)
     add("fastest-per-group", np.argmin(t, axis=1), need_mixed=True)
-    add("slowest-per-group", np.argmax(np.where(problem.allowed, problem.time, -np.inf), axis=1), need_mixed=True)
+    add("slowest-per-group", np.argmax(np.where(problem.allowed, full, -np.inf), axis=1), need_mixed=True)
     ctx = PlaceContext(module=module, problem=problem)
     for pen in penalties:
         add(f"optimal:penalty={pen:g}", optimal(Optimal(boundary_penalty=pen, margin=0.0), ctx).group_device,

@@ -2,13 +2,15 @@
 
 It prices a device per tie group of a :class:`~hdp.placement.problem.PlacementProblem` (the
 groups are those of :mod:`hdp.placement.structure`: constant data is folded into its consumers,
-replicated shape chains are charged to every group that gets a copy, Parameters and Results sit
-with their neighbours).
+Parameters and Results sit with their neighbours). The price is a function of the device of every
+op alone: two placements that put every op on the same device cost the same, whichever ties
+grouped them.
 
 Sequential semantics (what HETERO does for one inference request: its subgraphs run one after
 another)::
 
     latency = Σ_g time[g, dev[g]]                                   (compute)
+            + Σ_(replicated unit u, device d running a group it feeds) r_time[u, d]
             + Σ_(tensor t, device d) link_latency + bytes_t / link_bandwidth   (copies)
             + subgraph_overhead × number of subgraphs
 
@@ -52,6 +54,12 @@ class Simulator:
         self.problem = problem
         self.devices = problem.devices
         self.time = np.ascontiguousarray(problem.time)
+        #: per group, its time with the whole of the replicated chains it feeds: for the parallel
+        #: what-if and HEFT's list scheduling, which have no notion of a copy shared on a device
+        self.time_full = np.ascontiguousarray(problem.time_with_copies())
+        self.r_ptr = problem.r_ptr.astype(np.int64)
+        self.r_grp = problem.r_groups.astype(np.int64)
+        self.r_time = np.ascontiguousarray(problem.r_time, np.float64)
         self.overhead = float(problem.subgraph_overhead)
         self.res_src = np.full(k, -1, np.int64)
         self.counted = np.ascontiguousarray(st.counted)
@@ -112,7 +120,8 @@ class Simulator:
         """(compute seconds, copy seconds, number of HETERO subgraphs) of one placement."""
         d = self._check(group_device)
         comp, copy, nsub = K.sequential_terms(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons,
-                                              self.t_cost, self.u_src, self.u_dst, self.counted, *self._scratch())
+                                              self.t_cost, self.r_ptr, self.r_grp, self.r_time, self.u_src,
+                                              self.u_dst, self.counted, *self._scratch())
         return float(comp), float(copy), int(nsub)
 
     def latency(self, group_device: np.ndarray) -> float:
@@ -130,7 +139,8 @@ class Simulator:
         d = self._check(np.atleast_2d(matrix))
         out = np.empty(d.shape[0])
         K.sequential_batch(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost,
-                           self.u_src, self.u_dst, self.counted, self.overhead, out, *self._scratch())
+                           self.r_ptr, self.r_grp, self.r_time, self.u_src, self.u_dst, self.counted,
+                           self.overhead, out, *self._scratch())
         return out
 
     def subgraphs(self, group_device: np.ndarray) -> np.ndarray:
@@ -146,7 +156,7 @@ class Simulator:
         d = self._check(group_device)
         label = self.subgraphs(d)
         opened = np.zeros(self.n_groups, np.bool_)
-        return float(K.parallel_latency(d, self.time, self.zero, self.p_ptr, self.p_src, self.p_cost, label,
+        return float(K.parallel_latency(d, self.time_full, self.zero, self.p_ptr, self.p_src, self.p_cost, label,
                                         self.counted, self.overhead, self._finish, self._avail, opened))
 
     def report(self, group_device: np.ndarray) -> dict:
