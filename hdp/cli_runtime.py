@@ -104,43 +104,57 @@ def targets_cmd(as_json):
 
 
 @click.command("evaluate")
-@click.argument("placed", type=click.Path(dir_okay=False))
-@click.option("--target", default=None, help="Target (default: the one recorded in the placed model).")
+@click.argument("placed", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--target", default=None, help="Target (default: the one recorded in the (first) placed model).")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--runs", default=20, show_default=True, type=click.IntRange(1),
-              help="Timed runs; with --plain, the least number of interleaved rounds (at least 6).")
+              help="Timed runs; with several files or --plain, the least number of interleaved rounds "
+                   "(at least 6).")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(0))
 @click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds for one compile + warm-up + runs before the worker is killed.")
 @click.option("--plain", default=None, metavar="DEVICE",
               help="Also run the model compiled directly on DEVICE (no HETERO), interleaved with the "
-                   "placement run by run, and say which is faster with a 95% confidence interval.")
+                   "placement(s) run by run, and say which is faster with a 95% confidence interval.")
 @click.option("--resolution", default=3.0, show_default=True, type=click.FloatRange(0, 100, min_open=True,
-              max_open=True), help="With --plain: run rounds until a difference of this many percent "
-                                   "can be told apart (or --max-seconds).")
+              max_open=True), help="With several files or --plain: run rounds until a difference of this "
+                                   "many percent can be told apart (or --max-seconds).")
 @click.option("--max-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="With --plain: at most this long running interleaved rounds (compiles excluded).")
+              help="With several files or --plain: at most this long running interleaved rounds "
+                   "(compiles excluded).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in seconds).")
-@with_options(cache_options("measurements go to <cache-dir>/measure", "Measure again and cache nothing."))
+@with_options(cache_options("a single placement's measurement goes to <cache-dir>/measure",
+                            "Measure again and cache nothing."))
 @user_errors
 @cache_scoped
 def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resolution, max_seconds, as_json,
                  cache_dir, no_cache):
-    """Measure a placed model (from `hdp compile`) with HETERO on the target's real devices.
+    """Measure placed models (from `hdp compile`) with HETERO on the target's real devices.
 
-    With --plain DEVICE the placement and the plain compile run interleaved (A B B A ...) in the
-    same process until the difference is resolved; comparisons are never cached. A plain
-    (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
+    One PLACED file alone is measured on its own (a figure measured earlier is reused unless
+    --no-cache; the output says "cached"). Several PLACED files (placements of one model, placed
+    at the same input shapes) are compiled in one worker and run interleaved (A B C C B A ...)
+    until their differences are resolved, with one verdict and its 95% confidence interval per
+    pair; files that place the same graph on the same devices op for op are reported as identical.
+    Separate `hdp evaluate` calls are no comparison: two processes running one graph differ by
+    up to 10 %. With --plain DEVICE the plain compile joins the interleaved runs; comparisons are
+    never cached. A plain (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
     """
+    from hdp.errors import InputError
+
+    check_paths(inputs={**{("PLACED" if len(placed) == 1 else f"PLACED #{i + 1}"): p for i, p in enumerate(placed)},
+                        "--target": target_path(target)},
+                out_dirs={"--cache-dir": None if no_cache else cache_dir})
+    tgt = _load_target(target, devices, default=None)
+    if len(placed) > 1:
+        return _evaluate_several(list(placed), tgt, runs=runs, warmup=warmup, timeout=timeout, plain=plain,
+                                 resolution=resolution, max_seconds=max_seconds, as_json=as_json)
     import msgspec
 
-    from hdp.errors import InputError
     from hdp.runtime.measure import MeasureError, Measurer, evaluate_placed
     from hdp.runtime.stats import SequentialPlan
 
-    check_paths(inputs={"PLACED": placed, "--target": target_path(target)},
-                out_dirs={"--cache-dir": None if no_cache else cache_dir})
-    tgt = _load_target(target, devices, default=None)
+    (placed,) = placed
     kw = dict(runs=runs, warmup=warmup, timeout=timeout, cache=True)
     plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
                           max_seconds=max_seconds)
@@ -158,8 +172,10 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
         with Measurer(placed, tgt or _load_target(None, None), **kw) as m:
             res = {"plain": m.plain(plain)}
     comparison = res.pop("comparison", None)
+    cached = any(m.cached for m in res.values())
     if as_json:
         out = {k: v.to_dict() for k, v in res.items()}
+        out["cached"] = cached
         if checked is not None:
             out["check"] = msgspec.to_builtins(checked)
         if comparison is not None:
@@ -172,6 +188,10 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
         for k, m in res.items():
             click.echo(f"{m.what} on {m.target}: {m.summary()}"
                        + (f"; compile {m.compile_seconds:.2f} s" if m.ok and not m.cached else ""))
+        if cached:
+            click.echo("cached: this figure was measured by an earlier hdp evaluate of the same placement on "
+                       "this host (--no-cache measures again); two separate measurements are no comparison: "
+                       "give several files to compare them head to head")
         if comparison is not None:
             note = ""
             if comparison.same_graph:
@@ -181,6 +201,105 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     failed = [m for m in res.values() if not m.ok]
     if failed:
         raise MeasureError(failed[0].error)
+
+
+def _evaluate_several(files: list[str], tgt, *, runs, warmup, timeout, plain, resolution, max_seconds,
+                      as_json) -> None:
+    """``hdp evaluate a.xml b.xml ...``: every file checked, then the distinct placements (and
+    ``plain``) measured head to head in one worker; one verdict per pair."""
+    import os
+
+    import msgspec
+
+    from hdp.errors import InputError
+    from hdp.runtime.measure import MeasureError, Measurer, placed_device_of, placed_file
+    from hdp.runtime.measure import plain as plain_candidate
+    from hdp.runtime.placed import read_placed
+    from hdp.runtime.stats import SequentialPlan
+    from hdp.runtime.verify import check_placed_file
+
+    seen: dict[str, str] = {}
+    for f in files:
+        real = os.path.realpath(f)
+        if real in seen:
+            raise InputError(f"{f}: given twice (as {seen[real]}); give each placed model once")
+        seen[real] = f
+    if tgt is None:
+        tgt = placed_device_of(files[0])[2]
+    specs = {}
+    for f in files:
+        model = read_placed(f).model
+        try:
+            specs[f] = model.get_rt_info(["hdp", "specialisation"]).astype(str)
+        except RuntimeError:
+            specs[f] = ""
+    first = files[0]
+    for f in files[1:]:
+        if specs[f] != specs[first]:
+            from hdp.ir.openvino_frontend import Specialisation
+
+            def shapes(text, where):
+                return Specialisation.from_json(text, where).input_shapes() if text else "no recorded shapes"
+
+            raise InputError(f"{f}: placed at {shapes(specs[f], f)}, {first} at {shapes(specs[first], first)}; "
+                             f"a head-to-head runs every placement on the same inputs: compile them at the "
+                             f"same shapes")
+    cands = [placed_file(f, f, tgt) for f in files]
+    checks = {}
+    for f in files:
+        checks[f] = check_placed_file(f, tgt, timeout=timeout)
+        if not checks[f].passed:
+            raise MeasureError(f"{f}: the placed model {checks[f].describe()}")
+    # identical placements (the same graph, the same device per op) are measured once
+    distinct: list[int] = []
+    same_as: dict[int, int] = {}
+    for i, c in enumerate(cands):
+        j = next((k for k in distinct if cands[k].graph == c.graph), None)
+        if j is None:
+            distinct.append(i)
+        else:
+            same_as[i] = j
+    run = [cands[i] for i in distinct] + ([plain_candidate(plain)] if plain else [])
+    plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
+                          max_seconds=max_seconds, all_pairs=True)
+    head = None
+    if len(run) > 1:
+        with Measurer(first, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=False) as m:
+            head = m.head_to_head(run, plan)
+    pairs = [{"a": cands[j].name, "b": cands[i].name, "identical": True,
+              "text": f"{cands[i].name} vs {cands[j].name}: identical placements (the same graph, every op on "
+                      f"the same device): no timing difference to claim"} for i, j in same_as.items()]
+    for a in range(len(run)):
+        for b in range(a + 1, len(run)):
+            na, nb = run[a].name, run[b].name
+            bad = [head.measurements[k] for k in (a, b) if not head.measurements[k].ok]
+            if bad:
+                pairs.append({"a": na, "b": nb, "identical": False, "error": bad[0].error,
+                              "text": f"{nb} vs {na}: not compared ({bad[0].error})"})
+                continue
+            c = head.compare(a, b)
+            same = " (the same graph: never called faster)" if c.same_graph else ""
+            pairs.append({"a": na, "b": nb, "identical": False, "comparison": c.to_dict(),
+                          "text": f"{nb} vs {na}: {c.describe()}{same}"})
+    if as_json:
+        out = {"files": files, "target": tgt.name, "cached": False,
+               "check": {f: msgspec.to_builtins(r) for f, r in checks.items()},
+               "identical": {cands[i].name: cands[j].name for i, j in same_as.items()},
+               "measurements": {c.name: m.to_dict() for c, m in zip(run, head.measurements)} if head else {},
+               "rounds": head.rounds if head else 0, "seconds": head.seconds if head else 0.0,
+               "stopped": head.reason if head else "", "pairs": pairs}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for f in files:
+            click.echo(f"{f}: {checks[f].describe()}")
+        if head is not None:
+            click.echo(head.header())
+        for p in pairs:
+            click.echo(p["text"])
+    if head is not None:
+        failed = [m for m in head.measurements if not m.ok]
+        if failed:
+            raise MeasureError(failed[0].error)
 
 
 # --------------------------------------------------------------------------- profile

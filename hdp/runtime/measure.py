@@ -70,6 +70,7 @@ MEASURE_VERSION = 2
 LOAD_TIMEOUT = 60.0
 
 __all__ = ["MeasureError", "Measurement", "Measurer", "Candidate", "HeadToHead", "BestOf", "PlainComparison",
+           "placed_file",
            "measure_plain", "evaluate_placed", "compare_with_plain", "plain_from_heads", "graph_of", "cache_scope",
            "measure_cache_dir", "worker_reuse", "prestart_worker", "FAULT_ENV"]
 
@@ -469,14 +470,18 @@ def _source_of(source, tmpdir_factory) -> _Source:
 @dataclass(frozen=True, eq=False)
 class Candidate:
     """One thing to run in a head-to-head comparison: the unplaced model compiled on ``plain``
-    (no HETERO), or the placement ``device_of`` (an index into ``devices`` per op, or a device name
-    per op, as for :meth:`Measurer.measure`) compiled with HETERO. Build with :func:`plain` or
-    :func:`placed`."""
+    (no HETERO), the placement ``device_of`` (an index into ``devices`` per op, or a device name
+    per op, as for :meth:`Measurer.measure`) compiled with HETERO, or a placed model file ``xml``
+    (another placement of the measured model, compiled as the file has it). Build with
+    :func:`plain`, :func:`placed` or :func:`placed_file`."""
 
     name: str
     plain: str | None = None
     device_of: Any = None
     devices: tuple[str, ...] | None = None
+    xml: str | None = None
+    used: tuple[str, ...] = ()  # of ``xml``: the devices its ops are on
+    graph: tuple[str, str] | None = None  # of ``xml``: see graph_of and placed_file
 
 
 def graph_of(device_of, devices: Sequence[str]) -> tuple[str, str]:
@@ -488,6 +493,31 @@ def graph_of(device_of, devices: Sequence[str]) -> tuple[str, str]:
         return ("one", used[0])
     per_op = "\n".join(devices[int(k)] for k in dev)
     return ("mixed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest())
+
+
+def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target | None = None) -> Candidate:
+    """A placed model file (from ``hdp compile``) as a head-to-head candidate, compiled with
+    HETERO as the file has it. Its graph identity is ``("one", device)`` when every op is on one
+    device, else ``("file", digest)`` of its op structure and every op's device: two files with
+    equal identities run the same graph on the same devices. With ``target``, every device the
+    file uses must be one of its (InputError otherwise)."""
+    from hdp.ir.openvino_frontend import op_structure
+    from hdp.runtime.placed import read_placed
+
+    pm = read_placed(xml)
+    if target is not None:
+        for d in pm.used:
+            if d not in target.device_names:
+                raise InputError(f"{xml}: ops are placed on '{d}', which target '{target.name}' does not have "
+                                 f"(it has {', '.join(target.device_names)})")
+    ops = pm.model.get_ordered_ops()
+    if len(pm.used) == 1:
+        graph = ("one", pm.used[0])
+    else:
+        h = hashlib.blake2b(op_structure(ops).digest().encode(), digest_size=16)
+        h.update("\n".join(op.get_rt_info()["affinity"].astype(str) for op in ops).encode())
+        graph = ("file", h.hexdigest())
+    return Candidate(name=name or str(xml), xml=str(Path(xml).resolve()), used=tuple(pm.used), graph=graph)
 
 
 def plain(device: str, name: str | None = None) -> Candidate:
@@ -822,8 +852,14 @@ class Measurer:
 
     def _candidate(self, c: Candidate) -> tuple[dict, str, tuple[str, str]]:
         """(request fields, description, graph identity) of a candidate; InputError if unusable."""
-        if (c.plain is None) == (c.device_of is None):
-            raise InputError(f"candidate '{c.name}': give a plain device or a placement, not both or neither")
+        if (c.plain is not None) + (c.device_of is not None) + (c.xml is not None) != 1:
+            raise InputError(f"candidate '{c.name}': give one of a plain device, a placement or a placed file")
+        if c.xml is not None:
+            for name in c.used:
+                if self.target.device(name).kind != "real":
+                    raise InputError(f"{c.xml}: placed on '{name}', a modeled device of target "
+                                     f"'{self.target.name}'; it cannot run here")
+            return {"xml": c.xml}, "HETERO:" + ",".join(c.used), c.graph or ("file", c.xml)
         if c.plain is not None:
             d = self.target.device(c.plain)
             if d.kind != "real":

@@ -344,8 +344,8 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
     ``resolution`` difference apart (half-width <= ``resolution / 2``), or when even the stricter
     ``interim_level`` interval already lies beyond the margin (a clear difference: stop early, and
     the strict level keeps repeated looks from inflating false positives). Stops when every
-    comparison with the leader is resolved, or at ``max_rounds`` / ``max_seconds`` (of running,
-    compiles excluded).
+    comparison with the leader (``all_pairs``: every comparison) is resolved, or at
+    ``max_rounds`` / ``max_seconds`` (of running, compiles excluded).
     """
 
     resolution: float = 0.03
@@ -364,6 +364,9 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: the anchor by ``resolution`` or more (every ``level`` interval of another against it lies
     #: above ``1 - resolution``); until then the leader rule above applies as without an anchor.
     anchor: int = -1
+    #: resolve every pair of candidates, not only each against the leader (``hdp evaluate a b c``
+    #: gives a verdict per pair)
+    all_pairs: bool = False
 
     def __post_init__(self):
         if not 0 < self.resolution < 1:
@@ -412,7 +415,9 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
             if states <= {"cannot"}:
                 return PlanStatus(True, f"none can beat the preferred candidate by {self.resolution * 100:g} % "
                                         f"({n} rounds)", leader)
-        if all(self.resolved(times[:, leader], times[:, c]) for c in range(k) if c != leader):
+        pairs = [(a, b) for a in range(k) for b in range(a + 1, k)] if self.all_pairs else \
+            [(leader, c) for c in range(k) if c != leader]
+        if all(self.resolved(times[:, a], times[:, b]) for a, b in pairs):
             return PlanStatus(True, f"resolved to {self.resolution * 100:g} % ({n} rounds)", leader)
         return PlanStatus(False, "", leader)
 

@@ -13,10 +13,14 @@ true for a user mistake such as a device absent from this host):
   at; empty: the one a placed model records, else the frontend's defaults), ``structure`` (the
   digest of the caller's :func:`~hdp.ir.openvino_frontend.graph_structure`, or nil not to check),
   ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none), ``spec``, ``read_ahead``
-  (whether the model came from a ``preload``). The worker
-  compiles the runnable specialisation of the file's model (static inputs; a stateful model's
-  states set to the specialisation's before every inference). Ops are identified by their position
-  in ``get_ordered_ops()``, which the structure check makes the caller's.
+  (whether the model came from a ``preload``). Support queries and profiles compile the runnable
+  specialisation of the file's model (static inputs). Measurements (``measure``, ``plain``,
+  ``prepare``) and checks compile the model as hdp writes it: the file's own graph, dynamic shapes
+  kept, a placement over several devices legalized on it as the backend does; every inference
+  is fed the specialisation's inputs (and a stateful model's states, set before each one). So a
+  placement is timed as it was checked and written, and ``hdp evaluate`` of the written file runs
+  that same graph. Ops are identified by their position in ``get_ordered_ops()``, which the
+  structure check makes the caller's.
 - ``preload``: ``xml``, ``request`` (a ShapeRequest, or nil) -> nothing: reads and specialises the
   model as lowering will, sent ahead (the caller does not wait), so that the next ``load`` of that
   file at that specialisation takes the model from here.
@@ -48,8 +52,9 @@ true for a user mistake such as a device absent from this host):
 Interleaved comparisons (:meth:`hdp.runtime.measure.Measurer.head_to_head`) hold several compiled
 candidates at once:
 
-- ``prepare``: ``plain`` (a device) or ``devices`` + ``device_of`` (a placement, as for
-  ``measure``), and ``warmup`` -> ``handle``, ``compile_seconds``, ``submodels`` (0 for a plain
+- ``prepare``: ``plain`` (a device), ``devices`` + ``device_of`` (a placement, as for
+  ``measure``) or ``xml`` (a placed model file of the loaded model: the same inputs, compiled as
+  the file has it), and ``warmup`` -> ``handle``, ``compile_seconds``, ``submodels`` (0 for a plain
   compile): compiles, creates an infer
   request with the inputs set, runs the warm-up and keeps both until released.
 - ``rounds``: ``handles``, ``orders`` (one list per round of positions into ``handles``) -> ``times``
@@ -162,7 +167,8 @@ class Worker:
     """Holds one model and answers requests about it."""
 
     def __init__(self):
-        self.model = None  # the runnable specialisation that is compiled
+        self.model = None  # the runnable specialisation: queried, profiled, the inputs' shapes
+        self._as_written = None  # the original as hdp writes it: measured (see _written)
         self.ops = []  # its ops; an op's id is its position here
         self.index: dict[str, list[int]] = {}  # friendly name -> positions, for plugin answers
         self.states: dict = {}  # variable id -> the state each inference starts from
@@ -253,6 +259,7 @@ class Worker:
             self.model = fe.specialise(original, spec, xml, runnable=True)
         self.ops = list(self.model.get_ordered_ops())
         self.original, self.spec, self.xml = original, spec, xml
+        self._as_written = None
         self.reference = {}
         want = req.get("structure")
         if want is not None and fe.op_structure(self.ops).digest() != want:
@@ -313,31 +320,78 @@ class Worker:
             times.append(time.perf_counter() - t0)
         return times
 
-    def _compile_placed(self, req: dict):
-        """(compiled model, compile seconds) of the placement in ``req`` (``devices``, ``device_of``).
-        With the roles of the caller's module, a placement over several devices is compiled as hdp
-        writes it (:func:`hdp.ir.openvino_legalize.legalize`, on a copy of the model)."""
-        from hdp.errors import InputError
-        from hdp.runtime.devices import hetero_name
+    def _written(self):
+        """The file's model as hdp writes it (dynamic shapes kept; only inputs of dynamic element
+        type or rank refined, see :func:`hdp.ir.openvino_frontend.refine_for_devices`), made once:
+        what a plain compile and a placement needing no rewrite compile. Inference feeds it the
+        specialisation's inputs and states, so what is measured is what a user of the file runs."""
+        from hdp.ir import openvino_frontend as fe
 
-        devices = list(req["devices"])
-        dev_of = np.frombuffer(req["device_of"], np.int16)
+        if self._as_written is None:
+            model = self.original.clone()
+            fe.refine_for_devices(model, self.spec, self.xml)
+            self._as_written = model
+        return self._as_written
+
+    def _placed_model(self, devices: list[str], dev_of: np.ndarray):
+        """The placement (a device name per op position, ``devices[dev_of[i]]``) as hdp writes it:
+        with the roles of the caller's module and several devices, legalized
+        (:func:`hdp.ir.openvino_legalize.legalize`) on a clone of the original model, dynamic shapes
+        kept; otherwise the affinities set on :meth:`_written` (a placed file is already legal).
+        Every op carries ``user_dataaffinity``; :func:`_set_affinity` makes it HETERO's. One path
+        for ``measure``, ``prepare`` and ``check``: what is timed is what was checked and written."""
+        from hdp.errors import InputError
+        from hdp.ir import openvino_frontend as fe
+
         if dev_of.shape[0] != len(self.ops):
             raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.ops)}")
-        used = [d for k, d in enumerate(devices) if (dev_of == k).any()]
         names = [devices[int(k)] for k in dev_of]
-        model = self.model
-        if self.roles is not None and len(used) > 1:
+        if self.roles is not None and len(set(names)) > 1:
             from hdp.ir.openvino_legalize import legalize
 
-            model = self.model.clone()
-            legalize(model, list(model.get_ordered_ops()), self.roles, names)
-            for op in model.get_ordered_ops():
-                rt = op.get_rt_info()
-                rt["affinity"] = rt["user_dataaffinity"].astype(str)
+            model = self.original.clone()
+            ops = list(model.get_ordered_ops())
+            fe.refine_for_devices(model, self.spec, self.xml)
+            legalize(model, ops, self.roles, names)
+            return model
+        model = self._written()
+        for op, d in zip(model.get_ordered_ops(), names):
+            op.get_rt_info()["user_dataaffinity"] = d
+        return model
+
+    def _placed_file(self, xml: str):
+        """A placed model file (another placement of the loaded model), affinities restored: it
+        must take the loaded model's inputs (names, element types, the specialisation's shapes)
+        and give as many outputs, since it runs on the same inputs and is checked against it."""
+        from hdp.errors import InputError
+        from hdp.ir import openvino_frontend as fe
+        from hdp.runtime.placed import restore_affinity
+
+        model = fe.read_model(xml)
+        if (len(model.inputs), len(model.outputs)) != (len(self.original.inputs), len(self.original.outputs)):
+            raise InputError(f"{xml}: its inputs and outputs are not those of {self.xml}")
+        for inp, ins in zip(model.inputs, self.spec.inputs):
+            et = inp.get_element_type()
+            if fe._label(inp) != ins.name or (not et.is_dynamic() and fe._type_name(et) != ins.type) \
+                    or not inp.get_partial_shape().compatible(_ov_shape(ins.shape)):
+                raise InputError(f"{xml}: input '{fe._label(inp)}' ({et.get_type_name()}{inp.get_partial_shape()}) "
+                                 f"does not take {self.xml}'s '{ins.name}' ({ins.type}{list(ins.shape)})")
+        restore_affinity(model, xml)
+        return model
+
+    def _compile_placed(self, req: dict):
+        """(compiled model, compile seconds) of the placement in ``req``: ``devices`` + ``device_of``
+        (built by :meth:`_placed_model`) or ``xml`` (a placed file, :meth:`_placed_file`), compiled
+        with HETERO over the devices used."""
+        from hdp.runtime.devices import hetero_name
+
+        if req.get("xml"):
+            model = self._placed_file(req["xml"])
+            used = _set_affinity(model)
         else:
-            for op, d in zip(self.ops, names):
-                op.get_rt_info()["affinity"] = d
+            devices = list(req["devices"])
+            model = self._placed_model(devices, np.frombuffer(req["device_of"], np.int16))
+            used = sorted(_set_affinity(model), key=devices.index)  # HETERO's device list in target order
         core = self.core(tuple(used))
         t0 = time.perf_counter()
         compiled = core.compile_model(model, hetero_name(used), {})
@@ -353,7 +407,7 @@ class Worker:
         if req.get("plain"):
             core = self.core((req["plain"],))
             t0 = time.perf_counter()
-            compiled = core.compile_model(self.model, req["plain"], {})
+            compiled = core.compile_model(self._written(), req["plain"], {})
             compile_s = time.perf_counter() - t0
         else:
             compiled, compile_s = self._compile_placed(req)
@@ -435,36 +489,10 @@ class Worker:
         runs = req.get("runs") or msgspec.to_builtins(fe.check_runs(self.original, self.spec, self.xml))
         rename = dict(req.get("rename") or {})
         if req.get("xml"):
-            from hdp.runtime.placed import restore_affinity
-
-            model = fe.read_model(req["xml"])
-            if (len(model.inputs), len(model.outputs)) != (len(self.original.inputs), len(self.original.outputs)):
-                raise InputError(f"{req['xml']}: its inputs and outputs are not those of {self.xml}")
-            restore_affinity(model, req["xml"])
+            model = self._placed_file(req["xml"])
         else:
-            devices = list(req["devices"])
-            dev_of = np.frombuffer(req["device_of"], np.int16)
-            if dev_of.shape[0] != len(self.ops):
-                raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.ops)}")
-            model = self.original.clone()
-            ops = list(model.get_ordered_ops())
-            fe.refine_for_devices(model, self.spec, self.xml)
-            names = [devices[int(k)] for k in dev_of]
-            if self.roles is not None and len(set(names)) > 1:
-                from hdp.ir.openvino_legalize import legalize
-
-                legalize(model, ops, self.roles, names)
-            else:
-                for op, d in zip(ops, names):
-                    op.get_rt_info()["user_dataaffinity"] = d
-        used = []
-        for op in model.get_ordered_ops():
-            rt = op.get_rt_info()
-            d = rt["user_dataaffinity"].astype(str) if "user_dataaffinity" in rt else rt["affinity"].astype(str)
-            d = rename.get(d, d)
-            rt["affinity"] = d
-            if d not in used:
-                used.append(d)
+            model = self._placed_model(list(req["devices"]), np.frombuffer(req["device_of"], np.int16))
+        used = _set_affinity(model, rename)
         reference = self._reference_outputs(runs)
         t0 = time.perf_counter()
         try:
@@ -518,7 +546,7 @@ class Worker:
         device = req["device"]
         core = self.core((device,))
         t0 = time.perf_counter()
-        compiled = core.compile_model(self.model, device, {})
+        compiled = core.compile_model(self._written(), device, {})
         compile_s = time.perf_counter() - t0
         times = self._time(compiled, int(req["runs"]), int(req["warmup"]))
         return {"ok": True, "times": times, "compile_seconds": compile_s}
@@ -590,6 +618,26 @@ class Worker:
         t_end = time.perf_counter()
         return {"ok": True, "devices": out,
                 "seconds": {"prepare": t_prepared - t_start, "timed": t_timed - t_prepared, "nodes": t_end - t_timed}}
+
+
+def _ov_shape(shape):
+    import openvino as ov
+
+    return ov.PartialShape([int(d) for d in shape])
+
+
+def _set_affinity(model, rename: dict | None = None) -> list[str]:
+    """Give every op of ``model`` HETERO's ``affinity`` from its ``user_dataaffinity`` (or the
+    ``affinity`` it has), each device renamed by ``rename``; the devices used, in op order."""
+    used = []
+    for op in model.get_ordered_ops():
+        rt = op.get_rt_info()
+        d = rt["user_dataaffinity"].astype(str) if "user_dataaffinity" in rt else rt["affinity"].astype(str)
+        d = (rename or {}).get(d, d)
+        rt["affinity"] = d
+        if d not in used:
+            used.append(d)
+    return used
 
 
 def _submodels(compiled) -> int:
