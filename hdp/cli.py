@@ -55,6 +55,10 @@ def main():
 @click.option("--compare/--no-compare", default=True, show_default=True,
               help="Measure the placement against the plain compile on each real device and say "
                    "which is faster (real targets only; skipped with --quiet).")
+@click.option("--export-blob", type=click.Path(dir_okay=False), default=None,
+              help="Also write the placed model compiled with HETERO (CompiledModel.export_model) to this "
+                   ".blob, with the devices it needs in BLOB.json: it keeps the placement in any OpenVINO "
+                   "application (benchmark_app -m, C++ import_model, Model Server). See `hdp export`.")
 @click.option("--quiet", "-q", is_flag=True)
 @timeout_option
 @with_options(pass_cache_options)
@@ -62,8 +66,9 @@ def main():
 @cache_scoped
 @worker_scoped
 def compile_cmd(model, output, target, devices, method, input_shape, seq_len, phase, seed, sets, budget, reward,
-                policy, refine, timings, dump_ir, emit_ir, check, compare, quiet, timeout, cache_dir, no_cache):
-    """Place MODEL (an OpenVINO .xml) on a target and write the placed model to OUTPUT."""
+                policy, refine, timings, dump_ir, emit_ir, export_blob, check, compare, quiet, timeout, cache_dir,
+                no_cache):
+    """Place MODEL (an OpenVINO .xml or .onnx) on a target and write the placed model to OUTPUT (.xml)."""
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.serde import save
     from hdp.passes.instruments import DumpIR, Progress, Timing
@@ -79,10 +84,13 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     check_paths(inputs={"MODEL": model, "--target": target_path(target), "--policy": policy,
                         "--set policy": opts.get("policy")},
                 outputs={"-o": output, "--timings": timings, "--emit-ir": emit_ir,
-                         "--set checkpoint": opts.get("checkpoint")},
+                         "--set checkpoint": opts.get("checkpoint"), "--export-blob": export_blob,
+                         "--export-blob (its record)": _sidecar(export_blob)},
                 out_dirs={"--dump-ir": dump_ir, "--cache-dir": None if no_cache else cache_dir,
                           "--set report": opts.get("report")})
     tgt = target_from(target, devices)
+    if export_blob:
+        _blob_target_check(tgt, export_blob)
     method = method or default_method(tgt)
     shapes = shape_request(input_shape, seq_len, phase)
     cache = pass_cache(cache_dir, no_cache)
@@ -135,6 +143,16 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             checker.close()
     if emit_ir:
         save(module, emit_ir)
+    if export_blob:
+        from hdp.runtime.blob import export_blob as export
+
+        try:
+            rec = export(out, export_blob, tgt)
+        except HdpError as e:
+            raise HdpError(f"{out} was written (checked); --export-blob {export_blob} was not: {e}") from None
+        if not quiet:
+            click.echo(f"exported the compiled placement -> {export_blob} ({rec.bytes / 1e6:.1f} MB; import with "
+                       f"\"{rec.device}\", devices in {_sidecar(export_blob)})")
     if timings:  # the placer's own stages as rows of the partition pass, marked with "stage"
         rows = Timing()
         rows.rows = timing.rows + [{"pass": "partition", "stage": n, "key": "", "seconds": s, "cache_hit": False}
@@ -228,6 +246,52 @@ def _simulated_line(module, tgt) -> str:
     one = f"best single device {best} {singles[best] * 1e3:.3f} ms" if best else "no single device runs every op"
     return (f"{label}: this placement {float(info['simulated']) * 1e3:.3f} ms, {one}, "
             f"lower bound {float(info['lower_bound']) * 1e3:.3f} ms")
+
+
+def _sidecar(blob):
+    if not blob:
+        return None
+    from hdp.runtime.blob import sidecar_path
+
+    return sidecar_path(blob)
+
+
+def _blob_target_check(tgt, blob) -> None:
+    """Refuse ``--export-blob`` up front where it cannot be written: a .blob path is wanted, and
+    a blob is compiled for real devices only."""
+    from hdp.errors import InputError
+
+    if Path(blob).suffix.lower() != ".blob":
+        raise click.UsageError(f"--export-blob {blob}: a compiled model is written to a .blob path")
+    modeled = [d.name for d in tgt.devices if d.kind != "real"]
+    if modeled:
+        raise InputError(f"--export-blob {blob}: target '{tgt.name}' has modeled devices ({', '.join(modeled)}); "
+                         f"a compiled model exists only for devices this host has")
+
+
+@main.command("export")
+@click.argument("placed", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The compiled model (.blob); its record goes to OUTPUT.json.")
+@click.option("--target", default=None, help="Target (default: the one recorded in the placed model).")
+@user_errors
+def export_cmd(placed, output, target):
+    """Compile a placed model (from `hdp compile`) with HETERO and export it as a .blob that keeps
+    the placement in any OpenVINO application: `core.import_model(blob, "HETERO:...")` in C++ or
+    Python, `benchmark_app -m placed.blob`, OpenVINO Model Server. OUTPUT.json records the device
+    string, the devices (with the plugin library and config of aliased ones, which the importing
+    application must register) and the OpenVINO version; `hdp show OUTPUT` prints it."""
+    from hdp.runtime.blob import export_blob
+    from hdp.runtime.target import load_target
+
+    if Path(output).suffix.lower() != ".blob":
+        raise click.UsageError(f"-o {output}: a compiled model is written to a .blob path")
+    check_paths(inputs={"PLACED": placed, "--target": target_path(target)},
+                outputs={"-o": output, "-o (its record)": _sidecar(output)})
+    rec = export_blob(placed, output, load_target(target) if target else None)
+    click.echo(f"{placed} -> {output} ({rec.bytes / 1e6:.1f} MB, OpenVINO {rec.openvino}); import with "
+               f"\"{rec.device}\"; devices: {', '.join(d.name + (' (alias of ' + d.plugin + ')' if d.alias else '') for d in rec.devices)}"
+               f"; record: {_sidecar(output)}")
 
 
 @main.command("lower")
@@ -344,7 +408,7 @@ def _defaults(cls) -> list[tuple[str, str]]:
 @click.argument("file", type=click.Path(dir_okay=False))
 @user_errors
 def show_cmd(file):
-    """Summarise a Module (.hdp) or a model / placed model (.xml)."""
+    """Summarise a Module (.hdp), a model / placed model (.xml, .onnx) or an exported placement (.blob)."""
     from hdp.show import show
 
     click.echo(show(file))

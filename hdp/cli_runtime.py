@@ -145,6 +145,12 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     check_paths(inputs={**{("PLACED" if len(placed) == 1 else f"PLACED #{i + 1}"): p for i, p in enumerate(placed)},
                         "--target": target_path(target)},
                 out_dirs={"--cache-dir": None if no_cache else cache_dir})
+    blobs = [p for p in placed if Path(p).suffix.lower() == ".blob"]
+    if blobs:
+        if len(placed) > 1 or target or devices or plain:
+            raise click.UsageError("an exported .blob is evaluated alone, with the devices its record names "
+                                   "(no --target, --devices, --plain or other files)")
+        return _evaluate_blob(blobs[0], runs=runs, warmup=warmup, timeout=timeout, as_json=as_json)
     tgt = _load_target(target, devices, default=None)
     if len(placed) > 1:
         return _evaluate_several(list(placed), tgt, runs=runs, warmup=warmup, timeout=timeout, plain=plain,
@@ -201,6 +207,20 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     failed = [m for m in res.values() if not m.ok]
     if failed:
         raise MeasureError(failed[0].error)
+
+
+def _evaluate_blob(blob: str, *, runs, warmup, timeout, as_json) -> None:
+    """``hdp evaluate placed.blob``: the exported placement imported and timed as an application
+    runs it (never cached)."""
+    from hdp.runtime.measure import MeasureError, measure_blob
+
+    m = measure_blob(blob, runs=runs, warmup=warmup, timeout=timeout)
+    if as_json:
+        click.echo(json.dumps({"blob": m.to_dict(), "cached": False}, indent=2))
+    else:
+        click.echo(f"{m.what} on {m.target}: {m.summary()}" + (f"; import {m.compile_seconds:.2f} s" if m.ok else ""))
+    if not m.ok:
+        raise MeasureError(m.error)
 
 
 def _evaluate_several(files: list[str], tgt, *, runs, warmup, timeout, plain, resolution, max_seconds,

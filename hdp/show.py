@@ -72,9 +72,21 @@ def _compress_legend(legend) -> list[str]:
     return out
 
 
+#: What ``hdp show placed.xml`` says about readers other than hdp's.
+PLAIN_READ_WARNING = ("note: plain OpenVINO drops this placement: read_model gives each op's device back as "
+                      "rt_info 'user_dataaffinity', HETERO reads 'affinity', so benchmark_app, Model Server, "
+                      "C++ or openvino-genai given this .xml run HETERO's own placement, with no error. Load it "
+                      "with hdp.runtime.placed.compile_placed, or export the compiled placement: "
+                      "hdp export PLACED.xml -o placed.blob")
+
+
 def show(path: str) -> str:
     p = Path(path)
-    if p.suffix.lower() == ".xml":
+    if p.suffix.lower() == ".blob":
+        from hdp.runtime.blob import describe_blob
+
+        return describe_blob(p)
+    if p.suffix.lower() in (".xml", ".onnx"):
         from hdp.ir.openvino_frontend import lower_file_model, read_model
         from hdp.runtime.placed import placed_from_model
 
@@ -86,7 +98,7 @@ def show(path: str) -> str:
             return text + f"\nnot placed ({e})"
         counts = Counter(op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops())
         return text + f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
-            f"{d}: {counts.get(d, 0)}" for d in pm.devices)
+            f"{d}: {counts.get(d, 0)}" for d in pm.devices) + "\n" + PLAIN_READ_WARNING.replace("PLACED", p.stem)
     from hdp.ir.serde import load
 
     return describe(load(p))

@@ -605,9 +605,14 @@ def file_digest(xml: Path) -> str:
     return _digests[stamp]
 
 
+#: Model files hdp reads: OpenVINO IR, and ONNX (read by OpenVINO's ONNX frontend; what hdp writes
+#: is always IR).
+MODEL_SUFFIXES = (".xml", ".onnx")
+
+
 def read_model(xml: str | os.PathLike):
-    """Read and validate an OpenVINO IR, returning the ``ov.Model`` as the file has it (dynamic
-    shapes and all; see :func:`specialise`).
+    """Read and validate an OpenVINO IR (``.xml`` + ``.bin``) or an ONNX model (``.onnx``),
+    returning the ``ov.Model`` as the file has it (dynamic shapes and all; see :func:`specialise`).
 
     Raises InputError with the file and the reason for every user mistake.
     """
@@ -615,14 +620,31 @@ def read_model(xml: str | os.PathLike):
     if not xml.exists():
         raise InputError(f"{xml}: no such file")
     if xml.is_dir():
-        raise InputError(f"{xml}: is a directory, expected an OpenVINO model.xml")
-    if xml.suffix.lower() != ".xml":
-        raise InputError(f"{xml}: expected an OpenVINO IR .xml file")
+        raise InputError(f"{xml}: is a directory, expected an OpenVINO model.xml or an .onnx file")
+    suffix = xml.suffix.lower()
+    if suffix not in MODEL_SUFFIXES:
+        raise InputError(f"{xml}: expected an OpenVINO IR .xml or an ONNX .onnx file")
+    if suffix == ".onnx":
+        return _read_onnx(xml)
     _check_xml(xml)
     try:
         return _core().read_model(str(xml))
     except RuntimeError as e:
         raise InputError(f"{xml}: OpenVINO cannot read the model: {_first_line(e)}") from None
+
+
+def _read_onnx(path: Path):
+    """An ONNX file through OpenVINO's ONNX frontend alone (``read_model`` would try every
+    frontend on a file that is not ONNX, and the TensorFlow one prints parser noise)."""
+    from openvino.frontend import FrontEndManager
+
+    fe = FrontEndManager().load_by_framework("onnx")
+    if not fe.supported(str(path)):
+        raise InputError(f"{path}: not an ONNX model, or a truncated one (OpenVINO's ONNX frontend cannot parse it)")
+    try:
+        return fe.convert(fe.load(str(path)))
+    except Exception as e:  # noqa: BLE001 - the frontend raises its own GeneralFailure/OpConversionFailure
+        raise InputError(f"{path}: OpenVINO cannot convert this ONNX model: {_first_line(e)}") from None
 
 
 def _first_line(e: Exception) -> str:

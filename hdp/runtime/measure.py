@@ -70,7 +70,7 @@ MEASURE_VERSION = 2
 LOAD_TIMEOUT = 60.0
 
 __all__ = ["MeasureError", "Measurement", "Measurer", "Candidate", "HeadToHead", "BestOf", "PlainComparison",
-           "placed_file",
+           "placed_file", "measure_blob",
            "measure_plain", "evaluate_placed", "compare_with_plain", "plain_from_heads", "graph_of", "cache_scope",
            "measure_cache_dir", "worker_reuse", "prestart_worker", "FAULT_ENV"]
 
@@ -853,7 +853,8 @@ class Measurer:
     def _candidate(self, c: Candidate) -> tuple[dict, str, tuple[str, str]]:
         """(request fields, description, graph identity) of a candidate; InputError if unusable."""
         if (c.plain is not None) + (c.device_of is not None) + (c.xml is not None) != 1:
-            raise InputError(f"candidate '{c.name}': give one of a plain device, a placement or a placed file")
+            raise InputError(f"candidate '{c.name}': give one of a plain device, a placement or a placed "
+                             f"file (not both or neither)")
         if c.xml is not None:
             for name in c.used:
                 if self.target.device(name).kind != "real":
@@ -1068,6 +1069,31 @@ def measure_plain(source, target: Target | str, device: str, *, runs: int = 10, 
     """Time the unplaced model compiled directly on one device of the target."""
     with Measurer(source, target, runs=runs, warmup=warmup, timeout=timeout, cache=cache) as m:
         return m.plain(device)
+
+
+def measure_blob(blob: str | os.PathLike, *, runs: int = 10, warmup: int = 3, timeout: float = 120.0) -> Measurement:
+    """Time an exported placement (:func:`hdp.runtime.blob.export_blob`) as an application runs it:
+    imported in a worker with its devices registered from its record, ``runs`` inferences on seeded
+    inputs at the recorded shapes. Never cached. Raises InputError for a blob whose record is
+    missing or does not match it, or whose devices this host lacks."""
+    from hdp.runtime.blob import read_record
+
+    rec = read_record(blob)
+    base = dict(what=f"{rec.device} (imported {Path(blob).name})", target=rec.target, runs=runs, warmup=warmup)
+    w = WorkerProcess()
+    try:
+        reply = w.call({"op": "blob", "blob": str(Path(blob).resolve()), "record": msgspec.to_builtins(rec),
+                        "runs": int(runs), "warmup": int(warmup)}, max(timeout, LOAD_TIMEOUT))
+    except _WorkerFailure as e:
+        return Measurement(**base, error=f"{blob}: {e}")
+    finally:
+        w.close()
+    if not reply["ok"]:
+        if reply.get("input"):
+            raise InputError(f"{blob}: {reply['error']}")
+        return Measurement(**base, error=f"{blob}: {reply['error']}")
+    return Measurement(**base, times=tuple(reply["times"]), compile_seconds=reply["compile_seconds"],
+                       submodels=int(reply.get("submodels", 0)))
 
 
 def placed_device_of(xml: str | os.PathLike, target: Target | None = None):

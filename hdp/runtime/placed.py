@@ -124,12 +124,21 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
     return PlacedModel(model=model, devices=devs, method=method, target=target, used=list(used))
 
 
+#: Cores made by compile_placed, kept for the life of the process: a compiled model outlives the
+#: function, and one whose Core (with its registered aliased devices) is gone crashes on
+#: ``export_model`` (segfault, OpenVINO 2026.4.1).
+_CORES: dict[tuple[str, tuple[str, ...]], object] = {}
+
+
 def compile_placed(xml: str | os.PathLike, target: Target | None = None, config: dict | None = None,
-                   core=None):
-    """Compile a placed model with HETERO over its devices; returns an ``ov.CompiledModel``."""
+                   core=None, *, placed: PlacedModel | None = None, devices: list[str] | None = None):
+    """Compile a placed model with HETERO over its devices; returns an ``ov.CompiledModel``.
+
+    ``placed``: the model already read by :func:`read_placed` from ``xml``; ``devices``: the
+    HETERO device list (default: every device the model records)."""
     from hdp.runtime.devices import hetero_name, make_core
 
-    pm = read_placed(xml)
+    pm = placed or read_placed(xml)
     t = target or pm.target
     for d in pm.devices:
         t.device(d)  # raises InputError naming an unknown device
@@ -138,8 +147,13 @@ def compile_placed(xml: str | os.PathLike, target: Target | None = None, config:
         raise InputError(f"{xml}: placed on {', '.join(modeled)}, modeled device(s) of target '{t.name}'; "
                          "it cannot run on this host (its latency is the simulated one hdp compile "
                          "printed)")
-    core = core or make_core(t, pm.devices)
+    devices = list(devices or pm.devices)
+    if core is None:
+        key = (msgspec.json.encode(t).decode(), tuple(devices))
+        if key not in _CORES:
+            _CORES[key] = make_core(t, devices)
+        core = _CORES[key]
     try:
-        return core.compile_model(pm.model, hetero_name(pm.devices), dict(config or {}))
+        return core.compile_model(pm.model, hetero_name(devices), dict(config or {}))
     except RuntimeError as e:
         raise InputError(f"{xml}: HETERO compile failed: {str(e).strip().splitlines()[-1]}") from None

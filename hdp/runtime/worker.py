@@ -61,6 +61,12 @@ candidates at once:
   (per round, one time per handle in ``handles`` order): runs the candidates in each round's order.
 - ``release``: ``handles`` -> frees them (unknown handles are ignored).
 
+Exported placements (:mod:`hdp.runtime.blob`), no model loaded first:
+
+- ``blob``: ``blob`` (a path), ``record`` (its BlobRecord), ``runs``, ``warmup`` -> ``times``,
+  ``compile_seconds`` (the import), ``submodels``: imported as an application would, devices
+  registered and configured from the record.
+
 Placement checks (:mod:`hdp.runtime.verify`):
 
 - ``check``: ``devices`` + ``device_of`` (legalized on a copy of the original model, dynamic shapes
@@ -188,6 +194,9 @@ class Worker:
                 return self.load(req)
             if op == "preload":
                 return self.preload(req)
+            if op == "blob":
+                _fault()
+                return self.blob(req)
             if self.model is None:
                 raise InputError("worker: no model loaded")
             if op == "measure":
@@ -511,6 +520,40 @@ class Worker:
                     worst, where = err, f"run {k}, output {j}"
         return {"ok": True, "passed": True, "max_error": worst, "where": where, "devices": used,
                 "runs": len(runs), "stateful": bool(self.spec.state), "seconds": time.perf_counter() - t0}
+
+    def blob(self, req: dict) -> dict:
+        """Import an exported placement (``blob``, its ``record``: a
+        :class:`hdp.runtime.blob.BlobRecord`) as an OpenVINO application would, its devices
+        registered and configured from the record, and time ``runs`` inferences after ``warmup`` on
+        seeded inputs at the recorded shapes (a stateful model from its initial state each time)."""
+        import openvino as ov
+
+        from hdp.ir import openvino_frontend as fe
+        from hdp.runtime.blob import BlobRecord
+        from hdp.runtime.devices import make_core
+
+        rec = msgspec.convert(req["record"], BlobRecord)
+        core = make_core(rec.target_of(), [d.name for d in rec.devices])  # InputError: absent here
+        t0 = time.perf_counter()
+        with open(req["blob"], "rb") as f:
+            compiled = core.import_model(f.read(), rec.device)
+        import_s = time.perf_counter() - t0
+        spec = fe.Specialisation.from_json(rec.specialisation, req["blob"]) if rec.specialisation else None
+        ireq = compiled.create_infer_request()
+        shapes = [i.shape for i in spec.inputs] if spec is not None else None
+        for i, a in enumerate(random_inputs(compiled, shapes=shapes)):
+            ireq.set_input_tensor(i, ov.Tensor(a))
+        states = fe.state_tensors(spec) if spec is not None else {}
+        held = [(st, ov.Tensor(states[st.name])) for st in ireq.query_state() if st.name in states]
+        times = []
+        for k in range(int(req["warmup"]) + int(req["runs"])):
+            for st, t in held:
+                st.state = t
+            t0 = time.perf_counter()
+            ireq.infer()
+            if k >= int(req["warmup"]):
+                times.append(time.perf_counter() - t0)
+        return {"ok": True, "times": times, "compile_seconds": import_s, "submodels": _submodels(compiled)}
 
     def query(self, req: dict) -> dict:
         """``query_model`` on the specialisation, every device in its own thread (a query is
