@@ -14,6 +14,7 @@ import click
 
 from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
                              shape_request, target_from, target_path, user_errors, with_options)
+from hdp.runtime.devices import device_status
 
 
 def _load_target(target: str | None, devices: str | None, default: str | None = "host"):
@@ -27,18 +28,6 @@ def _ms(s: float) -> str:
 
 
 # --------------------------------------------------------------------------- targets
-
-
-def device_status(device, available: list[str]) -> str:
-    """``present``, ``absent`` or ``modeled`` for one device of a target on this host."""
-    if device.kind == "modeled":
-        return "modeled"
-    base = device.name.split(".")[0]
-    if device.name in available or base in available or any(a.split(".")[0] == device.name for a in available):
-        return "present"  # GPU.1 is a GPU; GPU names the first of GPU.0, GPU.1
-    if device.alias and device.plugin_name.split(".")[0] in available:
-        return "present"  # registered from its plugin by make_core
-    return "absent"
 
 
 def _cpu_capabilities() -> set[str]:

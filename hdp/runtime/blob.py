@@ -204,7 +204,7 @@ def read_record(blob: str | os.PathLike) -> BlobRecord:
 
 def host_status(rec: BlobRecord, available: list[str]) -> dict[str, str]:
     """``present`` or ``absent`` on this host, per device of the record."""
-    from hdp.cli_runtime import device_status
+    from hdp.runtime.devices import device_status
 
     return {d.name: device_status(rec.target_of().device(d.name), available) for d in rec.devices}
 

@@ -54,5 +54,17 @@ def make_core(target: Target, devices: list[str] | None = None):
     return core
 
 
+def device_status(device, available: list[str]) -> str:
+    """``present``, ``absent`` or ``modeled`` for one device of a target on this host."""
+    if device.kind == "modeled":
+        return "modeled"
+    base = device.name.split(".")[0]
+    if device.name in available or base in available or any(a.split(".")[0] == device.name for a in available):
+        return "present"  # GPU.1 is a GPU; GPU names the first of GPU.0, GPU.1
+    if device.alias and device.plugin_name.split(".")[0] in available:
+        return "present"  # registered from its plugin by make_core
+    return "absent"
+
+
 def hetero_name(devices) -> str:
     return "HETERO:" + ",".join(devices)

@@ -1082,7 +1082,8 @@ def measure_blob(blob: str | os.PathLike, *, runs: int = 10, warmup: int = 3, ti
     base = dict(what=f"{rec.device} (imported {Path(blob).name})", target=rec.target, runs=runs, warmup=warmup)
     w = WorkerProcess()
     try:
-        reply = w.call({"op": "blob", "blob": str(Path(blob).resolve()), "record": msgspec.to_builtins(rec),
+        reply = w.call({"op": "blob", "blob": str(Path(blob).resolve()), "device": rec.device,
+                        "target": msgspec.to_builtins(rec.target_of()), "spec": rec.specialisation,
                         "runs": int(runs), "warmup": int(warmup)}, max(timeout, LOAD_TIMEOUT))
     except _WorkerFailure as e:
         return Measurement(**base, error=f"{blob}: {e}")

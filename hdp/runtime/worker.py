@@ -63,7 +63,7 @@ candidates at once:
 
 Exported placements (:mod:`hdp.runtime.blob`), no model loaded first:
 
-- ``blob``: ``blob`` (a path), ``record`` (its BlobRecord), ``runs``, ``warmup`` -> ``times``,
+- ``blob``: ``blob`` (a path), ``device``, ``target``, ``spec`` (from its record), ``runs``, ``warmup`` -> ``times``,
   ``compile_seconds`` (the import), ``submodels``: imported as an application would, devices
   registered and configured from the record.
 
@@ -522,23 +522,24 @@ class Worker:
                 "runs": len(runs), "stateful": bool(self.spec.state), "seconds": time.perf_counter() - t0}
 
     def blob(self, req: dict) -> dict:
-        """Import an exported placement (``blob``, its ``record``: a
-        :class:`hdp.runtime.blob.BlobRecord`) as an OpenVINO application would, its devices
-        registered and configured from the record, and time ``runs`` inferences after ``warmup`` on
-        seeded inputs at the recorded shapes (a stateful model from its initial state each time)."""
+        """Import an exported placement (``blob``, with the ``device`` string, the ``target`` of its
+        devices and the ``spec`` its record holds, :class:`hdp.runtime.blob.BlobRecord`) as an
+        OpenVINO application would, its devices registered and configured as recorded, and time
+        ``runs`` inferences after ``warmup`` on seeded inputs at the recorded shapes (a stateful
+        model from its initial state each time)."""
         import openvino as ov
 
         from hdp.ir import openvino_frontend as fe
-        from hdp.runtime.blob import BlobRecord
         from hdp.runtime.devices import make_core
+        from hdp.runtime.target import Target
 
-        rec = msgspec.convert(req["record"], BlobRecord)
-        core = make_core(rec.target_of(), [d.name for d in rec.devices])  # InputError: absent here
+        target = msgspec.convert(req["target"], Target)
+        core = make_core(target, list(target.device_names))  # InputError: absent here
         t0 = time.perf_counter()
         with open(req["blob"], "rb") as f:
-            compiled = core.import_model(f.read(), rec.device)
+            compiled = core.import_model(f.read(), req["device"])
         import_s = time.perf_counter() - t0
-        spec = fe.Specialisation.from_json(rec.specialisation, req["blob"]) if rec.specialisation else None
+        spec = fe.Specialisation.from_json(req["spec"], req["blob"]) if req.get("spec") else None
         ireq = compiled.create_infer_request()
         shapes = [i.shape for i in spec.inputs] if spec is not None else None
         for i, a in enumerate(random_inputs(compiled, shapes=shapes)):
