@@ -57,8 +57,8 @@ def main():
                    "which is faster (real targets only; skipped with --quiet).")
 @click.option("--export-blob", type=click.Path(dir_okay=False), default=None,
               help="Also write the placed model compiled with HETERO (CompiledModel.export_model) to this "
-                   ".blob, with the devices it needs in BLOB.json: it keeps the placement in any OpenVINO "
-                   "application (benchmark_app -m, C++ import_model, Model Server). See `hdp export`.")
+                   ".blob, with the devices it needs in BLOB.json: it keeps the placement in OpenVINO "
+                   "applications without hdp (core.import_model). See `hdp export`.")
 @click.option("--quiet", "-q", is_flag=True)
 @timeout_option
 @with_options(pass_cache_options)
@@ -277,10 +277,11 @@ def _blob_target_check(tgt, blob) -> None:
 @user_errors
 def export_cmd(placed, output, target):
     """Compile a placed model (from `hdp compile`) with HETERO and export it as a .blob that keeps
-    the placement in any OpenVINO application: `core.import_model(blob, "HETERO:...")` in C++ or
-    Python, `benchmark_app -m placed.blob`, OpenVINO Model Server. OUTPUT.json records the device
-    string, the devices (with the plugin library and config of aliased ones, which the importing
-    application must register) and the OpenVINO version; `hdp show OUTPUT` prints it."""
+    the placement in an OpenVINO application without hdp: `core.import_model(blob, "HETERO:...")`
+    in C++ or Python, the same OpenVINO version. OUTPUT.json records the device string, the
+    devices (with the plugin library and config of aliased ones, which the importing application
+    must register) and the OpenVINO version; `hdp show OUTPUT` prints it, `hdp evaluate OUTPUT`
+    imports and times it. The blob is imported back and run before anything is written."""
     from hdp.runtime.blob import export_blob
     from hdp.runtime.target import load_target
 

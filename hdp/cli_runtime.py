@@ -126,8 +126,10 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     until their differences are resolved, with one verdict and its 95% confidence interval per
     pair; files that place the same graph on the same devices op for op are reported as identical.
     Separate `hdp evaluate` calls are no comparison: two processes running one graph differ by
-    up to 10 %. With --plain DEVICE the plain compile joins the interleaved runs; comparisons are
-    never cached. A plain (unplaced) OpenVINO model can be timed with --plain DEVICE alone.
+    10 % and more. With --plain DEVICE the plain compile joins the interleaved runs; comparisons are
+    never cached. A plain (unplaced) OpenVINO model can be timed with --plain DEVICE alone. An
+    exported PLACED.blob (`hdp export`) is imported and timed as an application runs it, its
+    devices registered as its record says.
     """
     from hdp.errors import InputError
 

@@ -3,9 +3,10 @@
 A placed ``.xml`` keeps its placement only for readers that copy ``user_dataaffinity`` to
 ``affinity`` (:func:`hdp.runtime.placed.compile_placed`); plain ``read_model`` leaves HETERO to
 place the ops itself. A compiled HETERO model, exported with ``CompiledModel.export_model()``,
-carries its subgraphs and their devices: ``core.import_model(blob, "HETERO:...")`` (C++, Python,
-``benchmark_app -m placed.blob``, OpenVINO Model Server) runs the placement with no hdp code, on
-the same OpenVINO version and devices. ::
+carries its subgraphs and their devices: ``core.import_model(blob, "HETERO:...")`` in C++ or
+Python runs the placement with no hdp code, on the same OpenVINO version and devices (the Python
+``benchmark_app`` of the ``openvino`` 2026.4.1 wheel refuses every ``.blob``: its precision options
+default to None, which it takes for "set"; ``hdp evaluate placed.blob`` times it instead). ::
 
     hdp export placed.xml -o placed.blob      # or: hdp compile ... --export-blob placed.blob
     hdp show placed.blob                      # what an importer needs, and whether this host has it
