@@ -16,7 +16,8 @@ import msgspec
 
 #: Bump when the encoded layout of Module changes; readers refuse newer schemas.
 #: 2: ``Graph.fragile`` and ``Graph.ties`` (schema-1 modules decode with neither).
-SCHEMA_VERSION = 2
+#: 3: ``Costs.op_se`` and ``Costs.device_class`` (older modules decode with neither).
+SCHEMA_VERSION = 3
 
 #: Module fields that passes may require or provide, in pipeline order.
 STAGES = ("graph", "features", "support", "costs", "coarse", "partition", "placement")
@@ -120,6 +121,12 @@ class Costs(msgspec.Struct, frozen=True, gc=False):
     link_bandwidth: float
     subgraph_overhead: float
     measured_total: tuple[float, ...] = ()  # per device, when measured: whole-model latency
+    #: float64 n_ops x n_devices: standard error of each op_time (0 where modeled); None: not known
+    #: (profiled before schema 3, or profiled without denoising)
+    op_se: Array | None = None
+    #: per device: what it is (plugin, precision it runs, threads, ...; "modeled" for modeled ones);
+    #: devices with the same class share one profile (:mod:`hdp.runtime.denoise`). Empty: not known
+    device_class: tuple[str, ...] = ()
 
 
 class Coarse(msgspec.Struct, frozen=True, gc=False):

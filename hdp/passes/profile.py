@@ -19,11 +19,14 @@ class ProfilePass(Pass, tag="profile"):
     runs: int = 10  # at most this many timed runs per device
     warmup: int = 1
     seconds: float = 1.0  # ... and after min_runs, only as many as fit in this (timed runs of all devices)
-    min_runs: int = 2
+    min_runs: int = 3  # a per-op median needs three runs
+    #: per-op medians, devices of one kind pooled, the profile's own correction and shrinkage of
+    #: per-op differences toward the device ratio (hdp.runtime.denoise); false: per-op means as timed
+    denoise: bool = True
     timeout: float = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
     requires = ("graph",)
     provides = ("costs",)
-    version = 2  # interleaved rounds under a time budget
+    version = 3  # per-run samples: medians, pooled kinds, shrinkage and op_se
     host_dependent = True  # real devices answer: the cache key includes the host
     key_exclude = ("timeout",)
 
@@ -31,5 +34,5 @@ class ProfilePass(Pass, tag="profile"):
         from hdp.runtime.profile import profile_costs
 
         costs, _ = profile_costs(module, self.target, runs=self.runs, warmup=self.warmup, seconds=self.seconds,
-                                 min_runs=self.min_runs, timeout=self.timeout)
+                                 min_runs=self.min_runs, timeout=self.timeout, denoise=self.denoise)
         return module.replace(costs=costs)

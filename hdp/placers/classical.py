@@ -26,14 +26,17 @@ reports the objective, the gap and the simulated latency; the solve time goes to
 :func:`hdp.placers.note_time` (a wall time in ``info`` would change the Module's bytes run to run).
 
 **Margin.** The optimum of a cost model is only as good as the model: a mixed placement predicted
-2 % faster than the best single device, by a simulator whose error on mixed placements is 5 %, is a
+2 % faster than the best single device, by a profile whose per-op times are known to ±5 %, is a
 coin toss that costs HETERO's overheads when it loses. So a mixed optimum is kept only when its
 predicted gain over the best single device (every group allowed there) is at least ``margin`` (a
 share of the single device's simulated latency); otherwise ``optimal`` returns that single device
-and says so in ``info["kept_single"]``. ``margin=None`` (the default) is :func:`auto_margin`: the
-held-out error of the host's calibration when the costs were calibrated (the ``boundary`` pass,
-:mod:`hdp.runtime.calibrate`), :data:`~hdp.placers.options.UNCALIBRATED_MARGIN` (15 %) for
-measured costs without one, and 0 for modeled costs (the simulator is then the definition).
+and says so in ``info["kept_single"]``. ``margin=None`` (the default) is the noise of the
+prediction itself: :data:`~hdp.runtime.denoise.Z_ONE_SIDED` standard errors of the predicted gain,
+from the per-op standard errors of the profile (``Costs.op_se``, :func:`hdp.runtime.denoise.gain_noise`:
+only the ops the optimum moves count), combined (root sum of squares) with the held-out error of
+the host's calibration when the costs were calibrated (the ``boundary`` pass,
+:mod:`hdp.runtime.calibrate`); see :func:`auto_margin` for costs without standard errors. Among
+placements of equal cost the best single device is returned, the first in target order.
 """
 
 from __future__ import annotations
@@ -290,7 +293,11 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
 
 
 def auto_margin(module) -> float:
-    """``optimal``'s default margin for a module (see the module docstring)."""
+    """The part of ``optimal``'s default margin that does not depend on the placement (see the module
+    docstring): the calibration's held-out error when the costs were calibrated; for measured costs
+    without per-op standard errors (profiled by an older hdp) and no calibration,
+    :data:`~hdp.placers.options.UNCALIBRATED_MARGIN`; else 0 (modeled costs: the simulator is the
+    definition; measured costs with standard errors: their noise is added per placement)."""
     meta = getattr(module, "meta", None) or {}
     if "boundary_error" in meta:
         try:
@@ -300,14 +307,23 @@ def auto_margin(module) -> float:
         if np.isfinite(err) and 0 <= err < 1:
             return err
     costs = getattr(module, "costs", None)
-    if costs is not None and "measured" in costs.kind:
+    if costs is not None and "measured" in costs.kind and costs.op_se is None:
         return UNCALIBRATED_MARGIN
     return 0.0
 
 
-def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict) -> np.ndarray:
+def _op_se(module, devices: tuple[str, ...]) -> np.ndarray | None:
+    """The cost table's per-op standard errors in ``devices`` order, or None."""
+    c = getattr(module, "costs", None)
+    if c is None or c.op_se is None or any(d not in c.devices for d in devices):
+        return None
+    return c.op_se.numpy()[:, [c.devices.index(d) for d in devices]]
+
+
+def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict, op_se: np.ndarray | None = None) -> np.ndarray:
     """The best single device instead of ``gdev`` when ``gdev`` mixes devices and is not predicted
-    faster than it by at least ``margin``."""
+    faster than it by at least the margin: ``margin`` combined with the noise of the predicted
+    gain when ``op_se`` (per-op standard errors) is given."""
     if np.unique(gdev).size < 2:
         return gdev
     singles = sim.singles()
@@ -317,12 +333,33 @@ def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict) -> np.ndar
     lat_single = singles[d]
     lat = sim.latency(gdev)
     gain = 1.0 - lat / lat_single if lat_single > 0 else 0.0
+    why = f"the margin of {margin * 100:.1f} %"
+    if op_se is not None and lat_single > 0:
+        from hdp.runtime.denoise import Z_ONE_SIDED, gain_noise
+
+        noise = Z_ONE_SIDED * gain_noise(p, op_se, gdev, d) / lat_single
+        total = float(np.hypot(margin, noise))
+        info["margin_noise"] = noise
+        why = (f"the margin of {total * 100:.1f} % ({Z_ONE_SIDED:g} standard errors of the predicted gain from the "
+               f"profile's noise" + (f", with the calibration's error {margin * 100:.1f} %" if margin > 0 else "")
+               + ")")
+        margin = total
     info.update(predicted_gain=gain, margin=margin)
     if gain < margin:
         info["kept_single"] = (f"every op on {p.devices[d]}: the optimum ({lat * 1e3:.3f} ms) is predicted "
-                               f"{gain * 100:.1f} % faster than it ({lat_single * 1e3:.3f} ms), less than the "
-                               f"margin of {margin * 100:.1f} %")
+                               f"{gain * 100:.1f} % faster than it ({lat_single * 1e3:.3f} ms), less than {why}")
         return p.single(d).astype(np.int64)
+    return gdev
+
+
+def _first_single_if_as_good(p, m: _Model, gdev: np.ndarray) -> np.ndarray:
+    """The first device (target order) that runs every group at the objective of ``gdev`` or
+    below, when one does: among optima of one cost, one device (a min-cut over two equal columns
+    may return either)."""
+    obj = m.objective(gdev)
+    for j in range(p.n_devices):
+        if p.allowed[:, j].all() and m.objective(np.full(p.n_groups, j)) <= obj * (1 + 1e-9):
+            return p.single(j).astype(np.int64)
     return gdev
 
 
@@ -346,8 +383,12 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
         gdev, info = _ilp(m, o.time_limit, o.mip_gap)
     note_time(f"optimal ({info['solver']})", _time.perf_counter() - t0)
     info["objective"] = m.objective(gdev)
-    margin = auto_margin(ctx.module) if o.margin is None else float(o.margin)
-    if margin > 0:
-        gdev = _keep_single(p, sim, np.asarray(gdev, np.int64), margin, info)
+    gdev = _first_single_if_as_good(p, m, np.asarray(gdev, np.int64))
+    if o.margin is None:
+        fixed, se = auto_margin(ctx.module), _op_se(ctx.module, p.devices)
+        if fixed > 0 or se is not None:
+            gdev = _keep_single(p, sim, gdev, fixed, info, se)
+    elif o.margin > 0:
+        gdev = _keep_single(p, sim, gdev, float(o.margin), info)
     info.update(boundary_penalty=penalty, groups=m.k, **sim.report(gdev))
     return Placed(gdev.astype(np.int16), info)

@@ -71,8 +71,9 @@ class Heft(PlacerOptions, tag="heft"):
     summary = "HEFT list scheduling: upward rank, earliest finish time with transfer costs"
 
 
-#: ``optimal``'s default margin on measured costs without a calibration: the uncalibrated simulator's
-#: worst mixed-placement error seen on the zoo on ``virtual`` (-15 % ... +8 %, issue 10).
+#: ``optimal``'s default margin on measured costs that carry no per-op standard errors (profiled by
+#: an hdp before schema 3) and no calibration: the uncalibrated simulator's worst mixed-placement
+#: error seen on the zoo on ``virtual`` (-15 % ... +8 %, issue 10).
 UNCALIBRATED_MARGIN = 0.15
 
 
@@ -82,8 +83,8 @@ class Optimal(PlacerOptions, tag="optimal"):
     mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
     boundary_penalty: float | None = None  # seconds per copy (default: the subgraph overhead)
     #: keep the best single device unless the optimum is predicted faster than it by more than this
-    #: share of its latency; None: the simulator's measured error (the calibration's, see
-    #: hdp.placers.classical.auto_margin), 0 on modeled costs
+    #: share of its latency; None: the noise of that prediction from the profile's per-op standard
+    #: errors, with the calibration's error when calibrated (hdp.placers.classical), 0 on modeled costs
     margin: float | None = None
     needs = ("costs",)
     arg_field = "solver"

@@ -181,19 +181,46 @@ def split_weights(graph: Graph) -> np.ndarray:
                        np.float64, graph.n_ops)
 
 
+def node_run_seconds(nodes: list[dict], warmup: int) -> np.ndarray:
+    """Seconds of every timed run of every runtime node (runs x nodes), from the counter read after
+    the warm-up and after each run (``avg_runs``): run ``r`` took ``avg_r (w + r) - avg_(r-1) (w + r - 1)``
+    plus the truncation floor. The counter is a truncated average (whole microseconds), so one run's
+    figure is off by up to ``w + r`` µs; their mean is exact to the counter's resolution."""
+    k = len(nodes)
+    if not k:
+        return np.zeros((0, 0))
+    a = max(int(warmup), 0)
+    avg = np.array([nd["avg_runs"] for nd in nodes], np.float64).T  # (runs + 1) x nodes
+    count = (a + np.arange(avg.shape[0], dtype=np.float64))[:, None]
+    per = np.diff(avg * count, axis=0)
+    ran = np.fromiter((bool(nd.get("executed")) for nd in nodes), bool, k)
+    return np.maximum(per, 0.0) + np.where(ran, COUNTER_FLOOR, 0.0)[None, :]
+
+
 def attribute(graph: Graph, nodes: list[dict], warmup: int, runs: int) -> tuple[np.ndarray, float]:
     """Per-op seconds from the runtime graph ``nodes`` of one profiled compile (see
     :mod:`hdp.runtime.worker`; a node's ``ops`` are the positions of the ops it implements) after
-    ``warmup`` + ``runs`` inferences; returns (times, seconds attributed to no op).
+    ``warmup`` + ``runs`` inferences; returns (times, seconds attributed to no op)."""
+    times, lost = attribute_seconds(graph, nodes, _node_seconds(nodes, warmup, runs)) if nodes else \
+        (np.zeros(graph.n_ops), 0.0)
+    return times, float(lost)
+
+
+def attribute_seconds(graph: Graph, nodes: list[dict], secs: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
+    """Per-op seconds from seconds per runtime node: ``secs`` is one value per node (then one time
+    per op and the seconds attributed to no op) or a (runs x nodes) array (then runs x ops and one
+    lost figure per run). The map from nodes to ops is linear, built once.
 
     Linear in ops + nodes: (node, op) pairs as arrays, a node's time split over its ops with one
-    ``bincount``; only the few nodes naming no costed op are walked one by one (breadth first)."""
+    ``bincount`` per run; only the few nodes naming no costed op are walked one by one (breadth
+    first)."""
     n, k = graph.n_ops, len(nodes)
-    times = np.zeros(n)
+    secs = np.asarray(secs, np.float64)
+    one = secs.ndim == 1
+    secs = secs.reshape(-1, k) if k else np.zeros((secs.reshape(-1, 0).shape[0] if secs.size == 0 else 1, 0))
     if not k:
-        return times, 0.0
+        return (np.zeros(n), 0.0) if one else (np.zeros((secs.shape[0], n)), np.zeros(secs.shape[0]))
     free = zero_cost_ops(graph)
-    secs = _node_seconds(nodes, warmup, runs)
     counts = np.fromiter((len(nd["ops"]) for nd in nodes), np.int64, k)
     op = np.fromiter(itertools.chain.from_iterable(nd["ops"] for nd in nodes), np.int64, int(counts.sum()))
     node = np.repeat(np.arange(k, dtype=np.int64), counts)
@@ -204,9 +231,8 @@ def attribute(graph: Graph, nodes: list[dict], warmup: int, runs: int) -> tuple[
     named = np.zeros(k, bool)
     named[node] = True
     # a node naming no costed op passes its time to the nearest named node downstream, else upstream
-    share = np.where(named, secs, 0.0)
-    lost = 0.0
-    homeless = np.flatnonzero(~named & (secs > 0))
+    to = np.where(named, np.arange(k), -1)
+    homeless = np.flatnonzero(~named & (secs > 0).any(axis=0))
     if homeless.size:
         pcount = np.fromiter((len(nd["preds"]) for nd in nodes), np.int64, k)
         pred = np.fromiter(itertools.chain.from_iterable(nd["preds"] for nd in nodes), np.int64, int(pcount.sum()))
@@ -219,14 +245,16 @@ def attribute(graph: Graph, nodes: list[dict], warmup: int, runs: int) -> tuple[
             m = _nearest(int(j), sptr, succ, named)
             if m < 0:
                 m = _nearest(int(j), pptr, pred, named)
-            if m < 0:
-                lost += float(secs[j])
-            else:
-                share[m] += secs[j]
+            to[j] = m
+    share = np.zeros_like(secs)
+    moved = to >= 0
+    np.add.at(share, (slice(None), to[moved]), secs[:, moved])
+    lost = secs[:, ~moved].sum(axis=1)
     w = split_weights(graph)[op]
     wsum = np.bincount(node, weights=w, minlength=k)
-    times += np.bincount(op, weights=share[node] * w / wsum[node], minlength=n)
-    return times, lost
+    frac = w / wsum[node]
+    times = np.stack([np.bincount(op, weights=share[r, node] * frac, minlength=n) for r in range(secs.shape[0])])
+    return (times[0], float(lost[0])) if one else (times, lost)
 
 
 def _nearest(start: int, ptr: np.ndarray, adj: np.ndarray, named: np.ndarray) -> int:
@@ -282,20 +310,34 @@ def coverage(costs: Costs) -> tuple[float, ...]:
 
 
 def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int = 1, seconds: float = 1.0,
-                  min_runs: int = 2, timeout: float = 600.0, stages: dict[str, float] | None = None,
-                  ) -> tuple[Costs, dict[str, dict[str, float]]]:
+                  min_runs: int = 3, timeout: float = 600.0, denoise: bool = True,
+                  stages: dict[str, float] | None = None,
+                  samples: dict | None = None) -> tuple[Costs, dict[str, dict[str, float]]]:
     """The Costs of ``module`` on ``target`` and, per device, ``total`` (median), ``mean``, ``sum``,
-    ``coverage``, ``unattributed`` seconds, ``runs`` and ``compile_seconds`` (measured devices) or
-    ``total``/``sum`` (modeled).
+    ``coverage``, ``unattributed`` seconds, ``runs``, ``compile_seconds``, ``kind`` (what the
+    device is, :func:`hdp.runtime.denoise.device_kind`) and ``scale`` (the profile's own correction,
+    below) for measured devices; ``total``/``sum`` for modeled ones.
 
     Every real device is profiled in one worker request (see :mod:`hdp.runtime.worker`): compiled
     with PERF_COUNT and warmed up ``warmup`` times, in parallel; then timed in interleaved rounds
     (one run per device per round): ``min_runs`` rounds, then more while the next (judged by the
     last) keeps the timed runs within ``seconds`` (0: no budget), at most ``runs``. ``timeout``
-    bounds each device's compile, warm-up and runs (the one request gets the sum). With ``stages``,
-    the wall seconds of each step are stored in it: ``start`` (worker start and model read),
-    ``prepare`` (compiles and warm-ups), ``timed``, ``nodes`` (reading the runtime graphs),
-    ``close``, ``attribute`` and ``total``."""
+    bounds each device's compile, warm-up and runs (the one request gets the sum).
+
+    With ``denoise`` (:mod:`hdp.runtime.denoise`): each op's time is its median over the runs
+    (minimum below three), devices of one kind are pooled into one column, the **profile's own
+    correction** scales each kind's per-op times so that every op on one device is simulated at
+    the median whole-model wall time of the same runs (the per-op counters miss the work between
+    nodes and read slow under bursts; the ops keep at least half of the wall time when the
+    target's subgraph overhead is larger than the other half), and per-op differences between kinds are shrunk toward the
+    device-level ratio; ``Costs.op_se`` holds each op's standard error. Without, each op's time is
+    the mean of its runs, as profiled. ``samples``, if given, receives per device the per-run op
+    times (``op_runs``, runs x ops), the wall ``times`` and the compiled model's ``properties``.
+    With ``stages``, the wall seconds of each step are stored in it: ``start`` (worker start and
+    model read), ``prepare`` (compiles and warm-ups), ``timed``, ``nodes`` (reading the runtime
+    graphs), ``close``, ``attribute`` and ``total``."""
+    from hdp.runtime import denoise as dn
+
     if not (runs >= 1 and min_runs >= 1 and seconds >= 0 and warmup >= 0):
         raise InputError(f"profile: runs and min_runs must be >= 1, seconds and warmup >= 0 "
                          f"(got runs={runs}, min_runs={min_runs}, seconds={seconds}, warmup={warmup})")
@@ -303,6 +345,7 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
     g = module.graph
     n, devs = g.n_ops, target.devices
     op_time = np.zeros((n, len(devs)))
+    op_var = np.zeros((n, len(devs)))  # variance of the log of each measured op time
     real = [d.name for d in devs if d.kind == "real"]
     replies: dict[str, dict] = {}
     clock = {}
@@ -325,6 +368,8 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
         replies = {r["device"]: r for r in reply["devices"]}
     t0 = time.perf_counter()
     totals, kinds, info = [], [], {}
+    per_run: dict[str, np.ndarray] = {}
+    labels: dict[str, str] = {}
     for j, d in enumerate(devs):
         if d.name not in replies:
             op_time[:, j] = roofline(g, d) if n else 0.0
@@ -337,13 +382,19 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
         k = len(r["times"])
         times, lost = attribute(g, r["nodes"], r["warmup"], k)
         op_time[:, j] = times
+        if r["nodes"] and "avg_runs" in r["nodes"][0]:
+            per_run[d.name] = attribute_seconds(g, r["nodes"], node_run_seconds(r["nodes"], r["warmup"]))[0]
+        labels[d.name] = dn.device_kind(d.plugin_name, r.get("properties", {}))
+        if samples is not None:
+            samples[d.name] = {"op_runs": per_run.get(d.name), "times": np.asarray(r["times"]),
+                               "properties": r.get("properties", {})}
         total, mean = float(np.median(r["times"])), float(np.mean(r["times"]))
         kinds.append("measured")
         totals.append(total)
         s = float(times.sum())
         cov = s / mean if mean > 0 else float("nan")
         info[d.name] = {"total": total, "mean": mean, "sum": s, "coverage": cov, "unattributed": lost,
-                        "runs": k, "compile_seconds": r["compile_seconds"]}
+                        "runs": k, "compile_seconds": r["compile_seconds"], "kind": labels[d.name]}
         if cov > 1.5 or (cov < 0.5 and mean > 1e-3):
             warnings.warn(f"profile on {d.name}: per-op times sum to {cov:.2f}x the mean latency "
                           f"({s * 1e3:.3f} vs {mean * 1e3:.3f} ms); the per-op costs are unreliable "
@@ -352,16 +403,71 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
         sup = module.support
         free = zero_cost_ops(g)
         types = np.array([op.type for op in g.ops], dtype=object)
+        unsupported = np.zeros((n, len(devs)), bool)
         for j, d in enumerate(devs):
             if sup is not None and d.name in sup.devices:
-                op_time[~sup.mask.numpy()[:, sup.devices.index(d.name)], j] = np.inf
+                unsupported[:, j] = ~sup.mask.numpy()[:, sup.devices.index(d.name)]
             elif d.kind == "modeled" and d.supported_ops:  # no support table: the target's list
-                op_time[~np.isin(types, d.supported_ops) & ~free, j] = np.inf
+                unsupported[:, j] = ~np.isin(types, d.supported_ops) & ~free
+        op_time[unsupported] = np.inf
+    classes = tuple(labels.get(d.name, "modeled") for d in devs)
+    measured = [j for j, d in enumerate(devs) if d.name in per_run]
+    op_se = None
+    if denoise and n and measured and len(measured) == len(replies):
+        op_time, op_var, totals = _denoise(op_time, op_var, totals, [devs[j].name for j in measured], measured,
+                                           per_run, replies, target.link.subgraph_overhead, labels, info)
+        with np.errstate(invalid="ignore"):
+            op_se = np.where(np.isfinite(op_time) & np.isfinite(op_var), op_time * np.sqrt(op_var), 0.0)
     costs = Costs(devices=target.device_names, op_time=Array.of(op_time, np.float64), kind=tuple(kinds),
                   link_latency=target.link.latency, link_bandwidth=target.link.bandwidth,
-                  subgraph_overhead=target.link.subgraph_overhead, measured_total=tuple(totals))
+                  subgraph_overhead=target.link.subgraph_overhead, measured_total=tuple(totals),
+                  op_se=None if op_se is None else Array.of(op_se, np.float64),
+                  device_class=classes if measured else ())
     if stages is not None:
         stages.update(clock)
         stages["attribute"] = time.perf_counter() - t0
         stages["total"] = time.perf_counter() - t_begin
     return costs, info
+
+
+def _denoise(op_time, op_var, totals, names, cols, per_run, replies, overhead, labels, info):
+    """Per-op medians, devices of one kind pooled, the profile's own correction and shrinkage
+    between kinds (see :func:`profile_costs` and :mod:`hdp.runtime.denoise`)."""
+    from hdp.runtime import denoise as dn
+
+    op_time, op_var, totals = op_time.copy(), op_var.copy(), list(totals)
+    blocked = ~np.isfinite(op_time)
+    groups: dict[str, list[int]] = {}
+    for name, j in zip(names, cols):
+        groups.setdefault(labels[name], []).append(j)
+    kind_cols = []
+    for label, js in groups.items():
+        members = [names[cols.index(j)] for j in js]
+        est, var = dn.run_estimates(np.vstack([per_run[m] for m in members]))
+        wall = float(np.median(np.concatenate([replies[m]["times"] for m in members])))
+        s = float(est.sum())
+        # every op on one device is then simulated at the wall time (ops + one subgraph's overhead),
+        # unless the target's overhead is more than half the wall time (a tiny model): then the
+        # ops keep half of it and the report says how far the simulator is off
+        scale = max(wall - overhead, 0.5 * wall) / s if s > 0 and wall > 0 else 1.0
+        est = est * scale
+        for j, m in zip(js, members):
+            op_time[:, j] = est
+            op_var[:, j] = var
+            totals[j] = wall
+            info[m].update(scale=scale, pooled=",".join(members) if len(members) > 1 else "")
+        kind_cols.append(js)
+    firsts = [js[0] for js in kind_cols]
+    t = np.where(blocked[:, firsts], np.inf, op_time[:, firsts])
+    shrunk, post, sh = dn.shrink(t, op_var[:, firsts])
+    for c, js in enumerate(kind_cols):
+        col = shrunk[:, c]
+        fin = np.isfinite(col)
+        if sh and col[fin].sum() > 0:  # shrinking moves single ops, not the device's total (the correction)
+            col = np.where(fin, col * (op_time[fin, js[0]].sum() / col[fin].sum()), col)
+        for j in js:
+            op_time[:, j] = np.where(blocked[:, j], np.inf, col)
+            op_var[:, j] = post[:, c]
+            if sh:
+                info[names[cols.index(j)]].update(tau=sh["tau"][c], ratio=sh["ratio"][c], kept=sh["kept"])
+    return op_time, op_var, totals

@@ -46,8 +46,12 @@ true for a user mistake such as a device absent from this host):
   ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those ops,
   mapped here where the names are those of the model compiled), ``preds`` (node indices),
   ``avg_warm`` and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every
-  inference since compile, read after the warm-up and after the timed runs) and ``executed``
-  (false for fused/in-place nodes).
+  inference since compile, read after the warm-up and after the timed runs), ``avg_runs`` (the
+  same counter read after the warm-up and after every timed run, for per-run times) and
+  ``executed`` (false for fused/in-place nodes). Each device also reports ``properties``: what its
+  compiled model says it runs with (``INFERENCE_PRECISION_HINT``, ``INFERENCE_NUM_THREADS``,
+  ``NUM_STREAMS`` ... and the plugin's ``FULL_DEVICE_NAME``), to tell devices of one kind apart
+  from devices that differ.
 
 Interleaved comparisons (:meth:`hdp.runtime.measure.Measurer.head_to_head`) hold several compiled
 candidates at once:
@@ -636,6 +640,7 @@ class Worker:
                 raise RuntimeError(f"{d}: {ov_message(e)}") from e
         t_prepared = time.perf_counter()
         before = [_counters(r[1]) for r in ready]
+        after_run: list[list[dict]] = [[] for _ in devices]  # the counters after every timed run
         times: list[list[float]] = [[] for _ in devices]
         starts: list[list[float]] = [[] for _ in devices]  # seconds after the warm-ups
         clock, spent, last, done = time.perf_counter, 0.0, 0.0, 0
@@ -652,13 +657,15 @@ class Worker:
                 times[j].append(dt)
                 starts[j].append(t0 - t_prepared)
                 last += dt
+                after_run[j].append(_counters(ireq))  # ~1 ms for 500 nodes, outside the timed call
             spent += last
             done += 1
         t_timed = time.perf_counter()
         out = []
         for j, (compiled, ireq, _, compile_s) in enumerate(ready):
             out.append({"device": devices[j], "times": times[j], "starts": starts[j], "compile_seconds": compile_s,
-                        "warmup": warmup, "nodes": _runtime_nodes(compiled, self.index, before[j], _counters(ireq))})
+                        "warmup": warmup, "properties": _compiled_properties(cores[j], compiled, devices[j]),
+                        "nodes": _runtime_nodes(compiled, self.index, before[j], _counters(ireq), after_run[j])})
         t_end = time.perf_counter()
         return {"ok": True, "devices": out,
                 "seconds": {"prepare": t_prepared - t_start, "timed": t_timed - t_prepared, "nodes": t_end - t_timed}}
@@ -718,8 +725,37 @@ def _counters(req) -> dict[str, tuple[float, bool]]:
     return {p.node_name: (p.real_time.total_seconds(), p.status == p.Status.EXECUTED) for p in req.profiling_info}
 
 
-def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, after: dict) -> list[dict]:
-    """The runtime graph's nodes; ``positions`` maps the compiled model's friendly names to op positions."""
+#: Compiled-model properties that do not describe how the model computes (names, diagnostics).
+_NOT_KIND = frozenset({"SUPPORTED_PROPERTIES", "NETWORK_NAME", "EXECUTION_DEVICES", "PERF_COUNT", "LOG_LEVEL",
+                       "OPTIMAL_NUMBER_OF_INFER_REQUESTS"})
+
+
+def _compiled_properties(core, compiled, device: str) -> dict[str, str]:
+    """What a compiled model runs with, as strings: every read-only property of the compiled model
+    but names and diagnostics, and the device's ``FULL_DEVICE_NAME`` (the hardware behind it)."""
+    out = {}
+    try:
+        names = list(compiled.get_property("SUPPORTED_PROPERTIES"))
+    except (RuntimeError, TypeError):
+        names = []
+    for name in names:
+        if name in _NOT_KIND:
+            continue
+        try:
+            out[name] = str(compiled.get_property(name))
+        except (RuntimeError, TypeError, ValueError):
+            continue
+    try:
+        out["FULL_DEVICE_NAME"] = str(core.get_property(device, "FULL_DEVICE_NAME"))
+    except (RuntimeError, TypeError):
+        pass
+    return out
+
+
+def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, after: dict,
+                   runs: list[dict] = ()) -> list[dict]:
+    """The runtime graph's nodes; ``positions`` maps the compiled model's friendly names to op
+    positions; ``runs``: the counters after every timed run."""
     from hdp.ir.openvino_frontend import layer_names_to_positions
 
     rops = list(compiled.get_runtime_model().get_ordered_ops())
@@ -738,6 +774,7 @@ def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, afte
             "preds": [index[i.get_source_output().get_node()] for i in op.inputs()],
             "avg_warm": before.get(name, (0.0, False))[0],
             "avg_all": after.get(name, (0.0, False))[0],
+            "avg_runs": [before.get(name, (0.0, False))[0]] + [r.get(name, (0.0, False))[0] for r in runs],
             # the plugin reports NOT_RUN for a node whose average reads 0 us, so a node that ran in
             # the (slow) warm-up but averages below 1 us later still counts as executed
             "executed": before.get(name, (0.0, False))[1] or after.get(name, (0.0, False))[1],
