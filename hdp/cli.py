@@ -21,7 +21,13 @@ pass_cache_options = cache_options("passes and measurements are cached there",
                                    "Do not read or write the pass or measurement caches.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _terms_epilog() -> str:
+    from hdp.glossary import text
+
+    return "\b\nTerms used in the output:\n" + text(96)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_terms_epilog())
 @click.version_option(package_name="hdp")
 def main():
     """hdp: place every op of an OpenVINO model on the device that runs it fastest."""
@@ -69,6 +75,8 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
                 policy, refine, timings, dump_ir, emit_ir, export_blob, check, compare, quiet, timeout, cache_dir,
                 no_cache):
     """Place MODEL (an OpenVINO .xml or .onnx) on a target and write the placed model to OUTPUT (.xml)."""
+    import time
+
     from hdp.ir.openvino_backend import write_placed
     from hdp.ir.serde import save
     from hdp.passes.instruments import DumpIR, Progress, Timing
@@ -77,6 +85,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     from hdp.pipeline import compile_schedule, default_method, lower_cached
     from hdp.placers import measured_heads, stage_times
 
+    t_start = time.monotonic()
     out = Path(output)
     if out.suffix.lower() != ".xml":
         raise click.UsageError(f"-o {output}: the placed model must be an .xml path")
@@ -111,7 +120,9 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
         module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
     report: list[str] = []
     checker = None
+    spent: dict[str, float] = {}  # wall seconds of the steps after the passes
     try:
+        t0 = time.monotonic()
         if check:
             from hdp.runtime.verify import PlacementChecker, verify_and_repair
 
@@ -132,12 +143,15 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             report.append(verified.result.describe())
             for ins in instruments:
                 ins.after("check", "", False, module)
+            spent["check"] = time.monotonic() - t0
+        t0 = time.monotonic()
         for ins in instruments:
             ins.before("raise", "")
         used = sorted({module.placement.devices[int(d)] for d in module.placement.device_of.numpy()})
         write_placed(module, out, tgt, check=(lambda tmp: checker.check_file(tmp, used)) if checker else None)
         for ins in instruments:
             ins.after("raise", "", False, module)
+        spent["writing"] = time.monotonic() - t0
     finally:
         if checker is not None:
             checker.close()
@@ -146,8 +160,10 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     if export_blob:
         from hdp.runtime.blob import export_blob as export
 
+        t0 = time.monotonic()
         try:
             rec = export(out, export_blob, tgt)
+            spent["export"] = time.monotonic() - t0
         except HdpError as e:
             raise HdpError(f"{out} was written (checked); --export-blob {export_blob} was not: {e}") from None
         if not quiet:
@@ -170,6 +186,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             click.echo(line)
         for line in _method_report(module, tgt, schedule, timing.rows, stage_rows):
             click.echo(line)
+        compared = None
         if compare and tgt.is_real:
             from hdp.runtime.measure import compare_with_plain, plain_from_heads
 
@@ -177,18 +194,25 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             # moment (another load on the machine) would make the comparison meaningless. A
             # head-to-head the placer ran moments ago in this process, of this very placement beside
             # every device's whole graph, is such a measurement: it is reused, not repeated.
+            t0 = time.monotonic()
             reused = plain_from_heads(heads, module, tgt)
             if reused is not None:
                 click.echo("compared with the plain compiles in the placer's head-to-head above "
                            "(measured in this run, not repeated):")
-            click.echo((reused or compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {}))).text)
+            result = reused or compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {}))
+            click.echo(result.text)
+            if reused is None and result.head is not None:
+                click.echo(_final_sim_vs_measured(module, result))
+            compared = time.monotonic() - t0
+        if compared is not None:
+            spent["final comparison"] = compared
+        line = _time_line(schedule, timing.rows, stage_rows, spent, time.monotonic() - t_start)
+        if line:
+            click.echo(line)
 
 
 def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: list) -> list[str]:
-    """What the placement stages contributed, labelled simulated or measured, and where the time
-    went (the profile apart from the placement budget)."""
-    import os
-
+    """What the placement stages contributed, labelled simulated or measured."""
     pl = module.placement
     info = pl.info
     lines: list[str] = []
@@ -207,26 +231,59 @@ def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: l
         lines.append(f"(the placement above failed its check; written instead: every op on {info['fallback'][7:]})")
     if "simulated" in info:
         lines.append(_simulated_line(module, tgt))
-    rows = {r["pass"]: r for r in timing_rows if "stage" not in r}  # the last row of each pass
+    return lines
+
+
+def _time_line(schedule, timing_rows: list[dict], stage_rows: list, spent: dict[str, float], total: float) -> str:
+    """``time: 41.2 s in all: profile 3.8 s (not counted in the budget); placement 6.0 s of a 30 s
+    budget (...); check 1.1 s; writing 0.9 s; final comparison 30.1 s (--no-compare skips it)
+    (load average ...)``: where the whole command's time went."""
+    import os
+
     first_part = next((r for r in timing_rows if r["pass"] == "partition" and "stage" not in r), None)
+    prof = next((r for r in timing_rows if r["pass"] == "profile"), None)
     load = ""
     if hasattr(os, "getloadavg"):
         load = f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+    parts = []
+    budget = getattr(schedule[-2].placer, "budget", None) if first_part is not None else None
+    if prof is not None:
+        parts.append("profile cached" if prof["cache_hit"] else f"profile {prof['seconds']:.1f} s"
+                     + (" (not counted in the budget)" if budget else ""))
     if first_part is not None:
-        placer = schedule[-2].placer
-        budget = getattr(placer, "budget", None)
         if first_part["cache_hit"]:
-            took = "placement: cached (its stages ran in an earlier compile)"
+            parts.append("placement cached (its stages ran in an earlier compile)")
         else:
             stages = ", ".join(f"{n} {s:.1f} s" for n, s in stage_rows)
             cap = f" of a {budget:g} s budget" if budget else ""
-            took = f"placement {first_part['seconds']:.1f} s{cap}" + (f" ({stages})" if stages else "")
-        prof = rows.get("profile")
-        if prof is not None:
-            took += ("; profile cached" if prof["cache_hit"] else f"; profile {prof['seconds']:.1f} s") + \
-                (", not counted in the budget" if budget else "")
-        lines.append(f"time: {took}{load}")
-    return lines
+            parts.append(f"placement {first_part['seconds']:.1f} s{cap}" + (f" ({stages})" if stages else ""))
+    for name, seconds in spent.items():
+        parts.append(f"{name} {seconds:.1f} s" + (" (--no-compare skips it)" if name == "final comparison" else ""))
+    return f"time: {total:.1f} s in all: " + "; ".join(parts) + load
+
+
+def _final_sim_vs_measured(module, result) -> str:
+    """The final placement's and each plain compile's simulated latency against their medians in
+    the final comparison (a plain compile is priced as every op on its device)."""
+    from hdp.placement.problem import problem_of
+    from hdp.runtime.report import sim_vs_measured
+    from hdp.runtime.simulate import Simulator
+
+    pl = module.placement
+    head = result.head
+    ties = module.partition.extra_ties.numpy() if module.partition is not None and \
+        module.partition.extra_ties is not None else ()
+    p = problem_of(module, pl.devices, ties)
+    singles = {p.devices[j]: t for j, t in Simulator(p).singles().items()}
+    pairs = []
+    for name, m in zip(head.names, head.measurements):
+        if not m.ok:
+            continue
+        if name == "placement" and "simulated" in pl.info:
+            pairs.append(("placement", float(pl.info["simulated"]), m.median))
+        elif name.startswith("plain ") and name[6:] in singles:
+            pairs.append((name, singles[name[6:]], m.median))
+    return sim_vs_measured(pairs)
 
 
 def _simulated_line(module, tgt) -> str:
@@ -389,6 +446,10 @@ def passes_cmd():
         click.echo(f"  {name:<12} {cls.summary}{arg}{needs}")
         for f, default in _defaults(cls):
             click.echo(f"      --set {f}={default}")
+    from hdp.glossary import text
+
+    click.echo("\nterms used in the output:")
+    click.echo(text())
 
 
 def _defaults(cls) -> list[tuple[str, str]]:

@@ -164,7 +164,8 @@ def test_auto_keeps_the_best_single_device_unless_another_beats_it_beyond_noise(
     assert names[:2] == ("single:A", "single:B") and len(names) >= 3  # singles first, then mixed
     if gain == 0:
         assert got.info["chosen"] == "single:A" and np.unique(got.group_device).tolist() == [0]
-        assert "equal within noise" in got.info["report"]
+        assert "no difference beyond noise" in got.info["report"]
+        assert_one_interval_per_pair(got.info["report"].splitlines())
     else:
         assert not got.info["chosen"].startswith("single:") and np.unique(got.group_device).size == 2
         assert "faster" in got.info["report"] or "slower" in got.info["report"]
@@ -292,7 +293,8 @@ def test_hsdag_final_choice_is_made_head_to_head_not_by_a_lucky_sample(monkeypat
     assert not got.info["sampled_best"].startswith("single:")  # training's minimum was a lucky sample
     assert fakes[0].heads, "no final head-to-head"
     assert got.info["best_source"].startswith("single:") and np.unique(got.group_device).size == 1
-    assert "equal within noise" in got.info["final"]
+    assert "no difference beyond noise" in got.info["final"]
+    assert_one_interval_per_pair(got.info["final"].splitlines())
 
 
 def test_hsdag_keeps_a_learned_placement_that_truly_wins(monkeypatch):
@@ -328,16 +330,36 @@ def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xm
     lines = r.output.splitlines()
     at = lines.index("compared with the plain compiles in the placer's head-to-head above (measured in this run, "
                      "not repeated):")
-    assert lines[at + 1].startswith("measured interleaved, ") and "medians: single:" in lines[at + 1]
-    assert any(x.startswith("placement vs plain CPU") and "(as single:CPU" in x for x in lines[at:])
-    assert lines[-1].startswith("verdict: the placement is the plain ") or lines[-1].startswith("plain ")
+    # the comparisons are not stated a second time: only the verdict, which refers to them
+    assert not any("CI" in x for x in lines[at:]) and any(x.startswith("verdict: the placement ") for x in lines[at:])
+    assert_one_interval_per_pair(lines)
     summary = next(x for x in lines if x.startswith("auto: measured: kept single:"))
     kept = summary.split("kept ")[1].split()[0]
     cands = next(x for x in lines if x.startswith("auto: candidates (simulated): "))
     preferred = cands.split(": ", 2)[2].split()[0]
     if kept != preferred:  # only when the preferred one lost beyond noise
         assert "slower by" in r.output
-    assert "equal within noise" in summary or "slower by" in summary or "faster by" in summary
+    other = next(x for x in lines if x.startswith("auto:   single:") and " vs " in x)
+    assert "no difference beyond noise" in other or "slower by" in other or "faster by" in other
+    assert any(x.startswith("auto: simulator vs measurement: ") for x in lines)
     assert any(x.startswith("simulated by the cost model (not measured): this placement") for x in lines)
-    assert any(x.startswith("time: placement") and "of a 20 s budget" in x and "profile" in x for x in lines)
+    assert lines[-1].startswith("time: ") and " s in all: " in lines[-1] and "of a 20 s budget" in lines[-1]
+    assert "profile" in lines[-1] and "final comparison" in lines[-1] and "--no-compare" in lines[-1]
     assert any(x.startswith("checked: ") for x in lines) and out.exists()
+
+
+def assert_one_interval_per_pair(lines: list[str]) -> None:
+    """The report of a head-to-head states every pair once, with one interval; the level of the
+    intervals is stated once per head-to-head (its first line), never "equal within noise"."""
+    import re
+
+    said = []
+    for x in lines:
+        if "CI" not in x or "; CI: " in x:  # a head-to-head's first line: medians and the level
+            continue
+        m = re.search(r"(\S+) vs (\S+(?: \S+)?(?: \(as [^)]*\))?): ", x)
+        assert m, f"an interval outside a pair's line: {x}"
+        assert x.count("CI ") == 1, f"more than one interval on a line: {x}"
+        said.append(frozenset((m.group(1), m.group(2))))
+    assert len(said) == len(set(said)), f"a pair compared twice: {said}"
+    assert not any("equal within noise" in x for x in lines)

@@ -62,4 +62,4 @@ def test_compile_cli_with_hsdag_on_modeled_target(branchy_xml, tmp_path):
     assert r.exit_code == 0, r.output
     assert "hsdag (simulate reward): kept" in r.output
     assert "simulated: this placement" in r.output and "best single device" in r.output and "lower bound" in r.output
-    assert "budget" in next(x for x in r.output.splitlines() if x.startswith("time: placement"))
+    assert "budget" in next(x for x in r.output.splitlines() if x.startswith("time: ") and "placement" in x)

@@ -93,8 +93,16 @@ def test_verdict_texts():
     slower = compare(a, a * 1.10)
     assert slower.verdict == "slower" and slower.describe().startswith("slower by 10.0 % (95 % CI 10.0…10.0 %)")
     equal = compare(a, a * np.exp(rng.normal(0, 0.02, 200)))
-    assert equal.verdict == "equal" and equal.describe() == f"equal within noise (±{equal.resolution * 100:.1f} %)"
+    # never "equal": the estimate and its interval, so a wide interval cannot pass for equality
+    x, lo, hi = (equal.ratio - 1) * 100, (equal.low - 1) * 100, (equal.high - 1) * 100
+    assert equal.verdict == "equal" and equal.describe() == \
+        f"no difference beyond noise: {x:+.1f} % (95 % CI {lo:+.1f}…{hi:+.1f} %)"
     assert 0 < equal.resolution < 0.01
+    wide = compare(a[:12], a[:12] * 1.3 * np.exp(rng.normal(0, 0.8, 12)))
+    assert wide.verdict == "equal" and "no difference beyond noise: +" in wide.describe()
+    assert "CI" in wide.describe(level=False) and "95 %" not in wide.describe(level=False)
+    fam = compare(a, a * 1.10, family=2)
+    assert fam.level == pytest.approx(0.975) and "(95 % simultaneous CI 10.0…10.0 %)" in fam.describe()
     few = compare(a[:4], a[:4] * 2)
     assert few.verdict == "equal" and "not resolved" in few.describe()
     d = faster.to_dict()
@@ -246,9 +254,13 @@ def test_select_best_rules():
     times = base * np.array([1.0, 0.9, 0.9]) * np.exp(rng.normal(0, 0.005, (300, 3)))
     sel = select_best(times, ["a", "b", "c"], preference=[2])
     assert sel.winner == 2 and set(sel.tied) == {1, 2} and "preference" in sel.reason
+    assert [c.b for c in sel.comparisons] == ["a", "b"] and all(c.a == "c" for c in sel.comparisons)
     sel = select_best(times, ["a", "b", "c"])  # nothing preferred among the tied: the fastest
     assert sel.winner == sel.fastest and sel.winner in (1, 2)
-    assert all(c.level == pytest.approx(0.975) for c in sel.comparisons)  # Bonferroni over 2
+    assert all(c.level == pytest.approx(0.975) and c.family == 2 for c in sel.comparisons)  # Bonferroni over 2
+    # the preferred candidate is kept unless another beats it beyond noise, and then no one shown beats the kept
+    sel = select_best(times, ["a", "b", "c"], preference=[0])
+    assert sel.winner in (1, 2) and all(c.verdict != "faster" for c in sel.comparisons)
     # a placement with all ops on one device and that device's plain compile: always tied
     times = base * np.array([1.0, 0.8]) * np.exp(rng.normal(0, 0.005, (300, 2)))
     sel = select_best(times, ["plain CPU", "all on CPU"], preference=[0], same_graph=lambda i, j: True)
@@ -280,4 +292,4 @@ def test_comparison_is_a_frozen_value():
     c = Comparison(a="a", b="b", rounds=3, ratio=1.0, low=0.9, high=1.1)
     with pytest.raises(AttributeError):
         c.ratio = 2.0
-    assert c.describe() == "equal within noise (±10.0 %)"
+    assert c.describe() == "no difference beyond noise: +0.0 % (95 % CI -10.0…+10.0 %)"

@@ -122,7 +122,8 @@ class Choice:
     seconds: float = 0.0
 
     def comparison(self, a: int, b: int) -> stats.Comparison | None:
-        """Candidate ``b`` against ``a`` in the comparison (None when either did not run)."""
+        """Candidate ``b`` against ``a`` in the comparison, at the family level of its report (None
+        when either did not run)."""
         if self.best is None:
             return None
         f = self.best.finalists
@@ -132,7 +133,7 @@ class Choice:
         i, j = f.index(a), f.index(b)
         if not (h.measurements[i].ok and h.measurements[j].ok):
             return None
-        return h.compare(i, j)
+        return h.compare(i, j, family=h.family)
 
 
 def choose(measurer, problem, named: Sequence[tuple[str, np.ndarray]], preference: Sequence[int], *,
@@ -156,11 +157,12 @@ def choose(measurer, problem, named: Sequence[tuple[str, np.ndarray]], preferenc
     h = best.head
     medians = {best.finalists[i]: m.median for i, m in enumerate(h.measurements) if m.ok}
     meds = ", ".join(f"{n} {ms(m.median)}" for n, m in zip(h.names, h.measurements) if m.ok)
-    # no wall time here: these lines go into the placement's info, which must not vary with the clock
-    lines = [f"measured head to head, {h.rounds} interleaved rounds ({h.reason}); medians: {meds}"]
+    # no wall time here: these lines go into the placement's info, which must not vary with the clock.
+    # Each other candidate is compared once, with the one kept, at the level the first line states.
+    lines = [f"measured head to head, {h.rounds} interleaved rounds ({h.reason}); medians: {meds}; {h.ci_note()}"]
     for i, m in enumerate(h.measurements):
         if not m.ok:
             lines.append(f"  {h.names[i]}: {m.error}")
-    lines += [f"  {c.text()}" for c in best.selection.comparisons]
-    lines.append(f"  chosen: {best.selection.reason}")
+    lines += [f"  {c.b} vs {c.a}: {c.describe(level=False)}" for c in best.selection.comparisons]
+    lines.append(f"  kept {best.selection.reason}")
     return Choice(best.winner, lines, best, medians, time.monotonic() - t0)

@@ -568,15 +568,22 @@ class HeadToHead:
         if bad:
             raise MeasureError(bad[0].error or f"{bad[0].what}: no times")
 
-    def compare(self, a: int | str, b: int | str, *, level: float | None = None) -> stats.Comparison:
-        """B against A (see :func:`hdp.runtime.stats.compare`), at the plan's level and margin;
-        raises MeasureError if either failed. B is never called faster than A when both run the
-        same graph."""
+    def compare(self, a: int | str, b: int | str, *, level: float | None = None, family: int = 1) -> stats.Comparison:
+        """B against A (see :func:`hdp.runtime.stats.compare`), at the plan's level and margin
+        (``family``: one of that many comparisons holding together at that level); raises
+        MeasureError if either failed. B is never called faster than A when both run the same
+        graph."""
         i, j = self.index(a), self.index(b)
         self._need(i, j)
         return stats.compare(self.measurements[i].times, self.measurements[j].times,
                              level=level or self.plan.level, margin=self.plan.margin,
-                             names=(self.names[i], self.names[j]), same_graph=self.same_graph(i, j))
+                             names=(self.names[i], self.names[j]), same_graph=self.same_graph(i, j), family=family)
+
+    @property
+    def family(self) -> int:
+        """How many comparisons a report of this head-to-head makes at once: one per candidate
+        that ran, but one (each against the kept or the placement)."""
+        return max(len(self.ok) - 1, 1)
 
     def select(self, preference: Sequence[int | str] = ()) -> stats.Selection:
         """The best candidate (see :func:`hdp.runtime.stats.select_best`) among those that ran;
@@ -592,11 +599,22 @@ class HeadToHead:
         return msgspec.structs.replace(sel, winner=ok[sel.winner], fastest=ok[sel.fastest],
                                        tied=tuple(ok[t] for t in sel.tied))
 
-    def header(self) -> str:
-        """``interleaved: 64 rounds in 3.2 s (resolved to 3 %); medians: a 1.234 ms, b ...``"""
+    def header(self, clock: bool = True) -> str:
+        """``measured interleaved, 64 rounds in 3.2 s (resolved to 3 %); medians: a 1.234 ms, b ...;
+        CI: 95 % for the 2 comparisons together`` (``clock=False``: without the wall time, for text
+        that must not vary run to run)."""
         meds = ", ".join(f"{n} {m.median * 1e3:.3f} ms" if m.ok else f"{n} failed"
                          for n, m in zip(self.names, self.measurements))
-        return f"measured interleaved, {self.rounds} rounds in {self.seconds:.1f} s ({self.reason}); medians: {meds}"
+        took = f" in {self.seconds:.1f} s" if clock else ""
+        return f"measured interleaved, {self.rounds} rounds{took} ({self.reason}); medians: {meds}; {self.ci_note()}"
+
+    def ci_note(self) -> str:
+        """The level every interval of this head-to-head's report is at, said once."""
+        lvl = stats.pct(self.plan.level)
+        if self.family <= 1:
+            return f"CI: {lvl} confidence interval"
+        return (f"CI: {lvl} for the {self.family} comparisons together "
+                f"({stats.pct(stats.family_level(self.plan.level, self.family + 1))} each)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -610,8 +628,9 @@ class BestOf:
     selection: stats.Selection
 
     def text(self) -> str:
-        lines = [self.head.header(), f"chosen: {self.selection.reason}"]
-        lines += [f"  {c.text()}" for c in self.selection.comparisons]
+        lines = [self.head.header()]
+        lines += [f"  {c.b} vs {c.a}: {c.describe(level=False)}" for c in self.selection.comparisons]
+        lines.append(f"kept {self.selection.reason}")
         return "\n".join(lines)
 
 
@@ -1151,16 +1170,19 @@ class PlainComparison:
         return self.text
 
 
-def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool = False) -> PlainComparison:
+def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool = False,
+                 restate: bool = True) -> PlainComparison:
     """Words for a head-to-head of one placement against plain compiles (candidates named
-    ``plain <device>``): each comparison, the same-graph note, and what to do about it.
+    ``plain <device>``): each comparison once (one line, its interval at the level the header
+    states), the same-graph note, and what to do about it.
 
     ``stand_ins``: a candidate with every op on a device (through HETERO) stands for that device's
     plain compile when the head has none (the same graph; the lines say it was measured so); the
-    placement itself may be one of them."""
+    placement itself may be one of them. ``restate=False``: the comparisons were already printed
+    (a placer's head-to-head in the same output): only the verdict, which refers to them."""
     p = head.index(placement)
     pm = head.measurements[p]
-    lines = [head.header()]
+    lines = [head.header()] if restate else []
     if not pm.ok:
         return PlainComparison(f"the placement could not be measured: {pm.error}", {}, head)
     index: dict[str, int] = {}  # device -> the candidate measured as its plain compile
@@ -1172,6 +1194,7 @@ def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool 
         elif stand_ins and dev not in index:
             index[dev] = i
     kind, one = head.graphs[p]
+    fam = head.family
 
     def label(dev: str) -> str:
         i = index[dev]
@@ -1180,8 +1203,9 @@ def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool 
     comps: dict[str, stats.Comparison] = {}
     for dev, i in index.items():
         if i != p:
-            comps[dev] = head.compare(i, p)
-            lines.append(f"placement vs {label(dev)}: {comps[dev].describe()}")
+            comps[dev] = head.compare(i, p, family=fam)
+            if restate:
+                lines.append(f"placement vs {label(dev)}: {comps[dev].describe(level=False)}")
     for i, (k, dev) in enumerate(head.graphs):  # a plain compile that failed, with nothing in its place
         if k == "one" and dev not in index and head.names[i].startswith("plain "):
             lines.append(f"plain {dev}: {head.measurements[i].error}")
@@ -1189,29 +1213,30 @@ def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool 
     if not comps and not itself:
         lines.append("no plain compile could be measured")
         return PlainComparison("\n".join(lines), comps, head)
+    where = "" if restate else " (compared above)"
     if kind == "one":
         lines.append(f"all ops on {one}: same graph as the plain {one} compile")
     if kind != "one" and all(c.verdict == "faster" for c in comps.values()):  # one device never beats its own
-        lines.append("verdict: the placement beats every plain compile beyond noise")
+        lines.append(f"verdict: the placement beats every plain compile beyond noise{where}")
     elif kind == "one":
         own = comps.get(one)
-        what = (f"HETERO's own cost: {own.describe()}" if own is not None and own.verdict == "slower"
-                else "no difference beyond noise" if own is not None
+        what = ("HETERO's own cost is the difference" + where if own is not None and own.verdict == "slower"
+                else "no difference beyond noise" + where if own is not None
                 else "measured only as such" if itself else f"plain {one} not measured")
         lines.append(f"verdict: the placement is the plain {one} compile through HETERO ({what})")
         others = [d for d in comps if d != one]
         if (own is not None or itself) and others:
             ref = p if itself else index[one]
-            vs = {d: head.compare(ref, index[d]) for d in others}
+            vs = {d: head.compare(ref, index[d], family=fam) for d in others}
             faster = [d for d in others if vs[d].verdict == "faster"]
             if faster:
                 d = min(faster, key=lambda x: vs[x].ratio)
-                lines.append(f"plain {d} is faster than plain {one} ({vs[d].describe()}): "
-                             f"consider --method single:{d}")
+                said = "" if itself and not restate else f" ({vs[d].describe(level=False)})"
+                lines.append(f"plain {d} is faster than plain {one}{said}: consider --method single:{d}")
     else:
         best = max((d for d, c in comps.items() if c.verdict != "faster"), key=lambda d: comps[d].ratio)
-        lines.append(f"verdict: the placement does not beat plain {best} beyond noise "
-                     f"({comps[best].describe()}): consider --method single:{best}")
+        lines.append(f"verdict: the placement does not beat plain {best} beyond noise{where}: "
+                     f"consider --method single:{best}")
     return PlainComparison("\n".join(lines), comps, head)
 
 
@@ -1229,7 +1254,7 @@ def plain_from_heads(heads: Sequence[HeadToHead], module: Module, target: Target
         ok = [i for i in head.ok if head.graphs[i] == want]
         singles = {head.graphs[i][1] for i in head.ok if head.graphs[i][0] == "one"}
         if ok and real and all(d in singles for d in real):
-            return plain_report(head, ok[0], stand_ins=True)
+            return plain_report(head, ok[0], stand_ins=True, restate=False)
     return None
 
 

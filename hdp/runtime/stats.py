@@ -18,11 +18,18 @@ when the run order is balanced; it needs no resampling, so it is deterministic a
 A difference is called only when the whole confidence interval lies beyond :data:`MARGIN` (0.5 %)
 on one side: differences smaller than that are below what a comparison of compiled models can
 mean, and the margin keeps the false-positive rate of two identical candidates well under the
-nominal 5 % (see ``bench/README.md``, "Measurement statistics"). Verdicts::
+nominal 5 % (see ``bench/README.md``, "Measurement statistics"). Verdicts, always with the
+estimate and its interval, never "equal" (an interval that holds 0 does not make two medians 30 %
+apart equal)::
 
     faster by 4.1 % (95 % CI 2.0…6.1 %)
     slower by 12.3 % (95 % CI 9.8…14.9 %)
-    equal within noise (±1.4 %)            # ±: the largest difference the interval leaves open
+    no difference beyond noise: +1.2 % (95 % CI -0.4…+2.9 %)
+
+Several candidates measured together are compared at one **family level**
+(:func:`family_level`): with ``k`` candidates, each of the ``k - 1`` comparisons that a decision
+rests on gets a ``1 - (1 - level) / (k - 1)`` interval (Bonferroni), so that all of them hold
+together with probability ``level``; a report states that level once for the block.
 
 :class:`SequentialPlan` decides when enough rounds have run (every comparison with the current
 leader resolved to a set relative difference, or a round/time cap), :func:`run_sequential` drives
@@ -54,7 +61,19 @@ Verdict = Literal["faster", "slower", "equal"]
 _NORMAL = statistics.NormalDist()
 
 __all__ = ["LEVEL", "MARGIN", "Comparison", "SequentialPlan", "PlanStatus", "Selection", "compare",
-           "hl_estimate", "hodges_lehmann", "round_order", "run_sequential", "select_best", "shortlist"]
+           "family_level", "hl_estimate", "hodges_lehmann", "round_order", "run_sequential", "select_best",
+           "shortlist"]
+
+
+def family_level(level: float, k: int) -> float:
+    """The level of each of the ``k - 1`` comparisons among ``k`` candidates (each against one of
+    them) so that all hold together at ``level`` (Bonferroni)."""
+    return 1 - (1 - level) / max(k - 1, 1)
+
+
+def pct(level: float) -> str:
+    """``0.975`` -> ``97.5 %``."""
+    return f"{level * 100:g} %"
 
 
 # --------------------------------------------------------------------------- the interval
@@ -231,6 +250,10 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     same_graph: bool = False
     #: what the data said when ``same_graph`` overruled a "faster" (else empty)
     overruled: str = ""
+    #: the level is one of a family: ``level`` holds for ``family`` comparisons together
+    #: (:func:`family_level`); 1: this comparison alone
+    family: int = 1
+    family_of: float = LEVEL  # the level of the family
 
     @property
     def resolution(self) -> float:
@@ -242,19 +265,21 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
             return (1 - self.ratio) * 100, (1 - self.high) * 100, (1 - self.low) * 100
         return (self.ratio - 1) * 100, (self.low - 1) * 100, (self.high - 1) * 100
 
-    def describe(self) -> str:
-        """The verdict alone: ``faster by 4.1 % (95 % CI 2.0…6.1 %)``, ``slower by ...`` or
-        ``equal within noise (±1.4 %)``."""
-        lvl = f"{self.level * 100:g} %"
+    def describe(self, level: bool = True) -> str:
+        """The verdict with its estimate and interval: ``faster by 4.1 % (95 % CI 2.0…6.1 %)``,
+        ``slower by ...`` or ``no difference beyond noise: +1.2 % (95 % CI -0.4…+2.9 %)``
+        (``level=False``: ``CI`` without the level, for a block that states it once)."""
+        lvl = (f"{self.level * 100:g} % " if self.family <= 1 else f"{self.family_of * 100:g} % simultaneous ") \
+            if level else ""
         if self.verdict == "equal":
-            y = self.resolution * 100
-            text = f"equal within noise (±{y:.1f} %)" if math.isfinite(y) else \
-                f"not resolved (too few rounds for a {lvl} interval)"
+            if not (math.isfinite(self.low) and math.isfinite(self.high)):
+                return f"not resolved (too few rounds for a {pct(self.level)} interval)"
             if self.overruled:
-                text += f"; {self.overruled}"
-            return text
+                return f"no difference: {self.overruled}"
+            x, lo, hi = (self.ratio - 1) * 100, (self.low - 1) * 100, (self.high - 1) * 100
+            return f"no difference beyond noise: {x:+.1f} % ({lvl}CI {lo:+.1f}…{hi:+.1f} %)"
         x, lo, hi = self._pct(self.verdict == "faster")
-        return f"{self.verdict} by {x:.1f} % ({lvl} CI {lo:.1f}…{hi:.1f} %)"
+        return f"{self.verdict} by {x:.1f} % ({lvl}CI {lo:.1f}…{hi:.1f} %)"
 
     def text(self) -> str:
         """One sentence with the names: ``B vs A: faster by ... (N rounds)``."""
@@ -275,13 +300,17 @@ def _verdict(low: float, high: float, margin: float) -> Verdict:
 
 
 def compare(a, b, *, level: float = LEVEL, margin: float = MARGIN, names: tuple[str, str] = ("A", "B"),
-            same_graph: bool = False) -> Comparison:
+            same_graph: bool = False, family: int = 1) -> Comparison:
     """B against A from interleaved times: ``a[r]`` and ``b[r]`` were measured in the same round ``r``.
 
     ``same_graph``: B runs the same graph as A (a placement with every op on one device against
     that device's plain compile), so B is never called faster: a "faster" the data shows is
-    reported as equal, with the measured figure in ``overruled``.
+    reported as equal, with the measured figure in ``overruled``. ``family``: this is one of that
+    many comparisons that hold together at ``level`` (its own interval is at
+    ``1 - (1 - level) / family``).
     """
+    family_of = level
+    level = 1 - (1 - level) / max(family, 1)
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     if a.shape != b.shape or a.ndim != 1:
@@ -291,7 +320,8 @@ def compare(a, b, *, level: float = LEVEL, margin: float = MARGIN, names: tuple[
     est, lo, hi = hodges_lehmann(d, level)
     c = Comparison(a=names[0], b=names[1], rounds=int(ok.sum()), ratio=math.exp(est) if d.size else math.nan,
                    low=math.exp(lo), high=math.exp(hi), level=level, margin=margin,
-                   verdict=_verdict(math.exp(lo), math.exp(hi), margin), same_graph=same_graph)
+                   verdict=_verdict(math.exp(lo), math.exp(hi), margin), same_graph=same_graph,
+                   family=max(family, 1), family_of=family_of)
     if same_graph and c.verdict == "faster":
         said = c.describe()
         c = msgspec.structs.replace(c, verdict="equal", overruled=f"measured {said}, but it is the same graph: noise")
@@ -361,8 +391,9 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
     look_seconds: float = 0.5
     #: a candidate to keep unless another beats it (the preferred one of a best-of), or -1. With an
     #: anchor the question is one-sided, and the plan also stops as soon as no candidate can beat
-    #: the anchor by ``resolution`` or more (every ``level`` interval of another against it lies
-    #: above ``1 - resolution``); until then the leader rule above applies as without an anchor.
+    #: the anchor by ``resolution`` or more (every interval of another against it, at the family
+    #: level of the ``k - 1`` comparisons with the anchor, lies above ``1 - resolution``); until
+    #: then the leader rule above applies as without an anchor.
     anchor: int = -1
     #: resolve every pair of candidates, not only each against the leader (``hdp evaluate a b c``
     #: gives a verdict per pair)
@@ -378,12 +409,12 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
         if not self.max_seconds > 0 or self.discard < 0:
             raise ValueError("max_seconds must be > 0 and discard >= 0")
 
-    def _paired(self, a, b) -> tuple[Verdict, float, float]:
+    def _paired(self, a, b, level: float | None = None) -> tuple[Verdict, float, float]:
         """B against A from paired times: the verdict of the ``interim_level`` interval and the
-        ``level`` interval (ratios B/A)."""
+        ``level`` interval (ratios B/A; default: the plan's level)."""
         d = np.log(np.asarray(b, np.float64)) - np.log(np.asarray(a, np.float64))
         d = d[np.isfinite(d)]
-        (ilo, ihi), (lo, hi) = _intervals(d, [self.interim_level, self.level], serial=True)
+        (ilo, ihi), (lo, hi) = _intervals(d, [self.interim_level, level or self.level], serial=True)
         return _verdict(math.exp(ilo), math.exp(ihi), self.margin), math.exp(lo), math.exp(hi)
 
     def resolved(self, a, b) -> bool:
@@ -391,10 +422,11 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
         clear, lo, hi = self._paired(a, b)
         return clear != "equal" or (hi - lo) / 2 <= self.resolution / 2
 
-    def _against_anchor(self, a, b) -> str:
+    def _against_anchor(self, a, b, k: int = 2) -> str:
         """``b`` against the anchor's times ``a``: "beats" (clearly faster, at the interim level),
-        "cannot" (cannot be faster by ``resolution`` at ``level``) or "open"."""
-        clear, lo, _ = self._paired(a, b)
+        "cannot" (cannot be faster by ``resolution``, at the family level of ``k`` candidates) or
+        "open"."""
+        clear, lo, _ = self._paired(a, b, family_level(self.level, k))
         if clear == "faster":
             return "beats"
         return "cannot" if lo >= 1.0 - self.resolution else "open"
@@ -411,10 +443,12 @@ class SequentialPlan(msgspec.Struct, frozen=True, kw_only=True):
         if n < self.min_rounds:
             return PlanStatus(False, "", leader)
         if 0 <= self.anchor < k:
-            states = {self._against_anchor(times[:, self.anchor], times[:, c]) for c in range(k) if c != self.anchor}
+            states = {self._against_anchor(times[:, self.anchor], times[:, c], k) for c in range(k)
+                      if c != self.anchor}
             if states <= {"cannot"}:
                 return PlanStatus(True, f"none can beat the preferred candidate by {self.resolution * 100:g} % "
-                                        f"({n} rounds)", leader)
+                                        f"or more ({n} rounds; one-sided, {pct(self.level)} for all together)",
+                                  leader)
         pairs = [(a, b) for a in range(k) for b in range(a + 1, k)] if self.all_pairs else \
             [(leader, c) for c in range(k) if c != leader]
         if all(self.resolved(times[:, a], times[:, b]) for a, b in pairs):
@@ -482,9 +516,9 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
 
     winner: int
     fastest: int
-    #: candidates equal within noise to the fastest (the fastest included), in index order
+    #: candidates not slower than the winner beyond noise (the winner included), in index order
     tied: tuple[int, ...]
-    #: every other candidate against the fastest (Bonferroni-adjusted level)
+    #: every other candidate against the winner, at the family level of ``k - 1`` comparisons
     comparisons: tuple[Comparison, ...]
     reason: str
 
@@ -494,14 +528,16 @@ def select_best(times, names: Sequence[str] | None = None, preference: Sequence[
                 same_graph: Callable[[int, int], bool] | None = None) -> Selection:
     """The best of ``k`` candidates from interleaved ``times`` (rounds x k).
 
-    The fastest (lowest Hodges–Lehmann estimate) is compared with every other candidate at a
-    Bonferroni-adjusted level (``1 - (1 - level) / (k - 1)``). Every candidate not slower than it
-    beyond noise is *tied* with it. The winner is the first tied candidate in ``preference`` (a
-    list of indices, most preferred first, e.g. the best single device); with no tied candidate in
-    ``preference``, the fastest. So the fastest wins only when it beats the preferred candidates
-    beyond noise. ``same_graph(i, j)``: whether candidates ``i`` and ``j`` run the same graph (a
-    placement with every op on one device and that device's plain compile); such a pair is always
-    tied, whatever the data says, so the preference order decides between them.
+    Every pair is compared at the family level of ``k - 1`` comparisons
+    (``1 - (1 - level) / (k - 1)``, see :func:`family_level`). A candidate that another beats
+    beyond noise is out. The winner is the first candidate in ``preference`` (indices, most
+    preferred first, e.g. the best single device) that no other beats; when none of those is left,
+    the fastest (lowest Hodges–Lehmann estimate) of the others. So a candidate is kept over the
+    preferred one only when it beats it beyond noise, and the report never shows a candidate
+    beating the one kept. ``comparisons``: every other candidate against the winner.
+    ``same_graph(i, j)``: whether candidates ``i`` and ``j`` run the same graph (a placement with
+    every op on one device and that device's plain compile); such a pair never beats each other,
+    whatever the data says, so the preference order decides between them.
     """
     times = np.asarray(times, np.float64)
     if times.ndim != 2 or times.shape[1] < 1:
@@ -514,32 +550,36 @@ def select_best(times, names: Sequence[str] | None = None, preference: Sequence[
     if k == 1:
         return Selection(winner=0, fastest=0, tied=(0,), comparisons=(), reason="only one candidate")
     fastest = leader_of(times)
-    adj = 1 - (1 - level) / (k - 1)
-    comps, tied = [], [fastest]
-    for c in range(k):
-        if c == fastest:
-            continue
-        sg = bool(same_graph and same_graph(fastest, c))
-        # c against the fastest; with the same graph, c may not be called faster either
-        cmp_ = compare(times[:, fastest], times[:, c], level=adj, margin=margin,
-                       names=(names[fastest], names[c]), same_graph=sg)
-        if sg and cmp_.verdict == "slower":  # the same graph is never faster than itself: a tie
-            cmp_ = msgspec.structs.replace(cmp_, verdict="equal", overruled=(
-                f"measured {cmp_.describe()}, but it is the same graph: noise"))
-        comps.append(cmp_)
-        if cmp_.verdict != "slower":
-            tied.append(c)
-    tied_set = set(tied)
-    pref = [p for p in preference if p in tied_set]
-    if len(tied) == 1:
-        winner, reason = fastest, f"{names[fastest]} beats every other candidate beyond noise"
-    elif pref:
+
+    def cmp(i: int, j: int) -> Comparison:  # j against i
+        sg = bool(same_graph and same_graph(i, j))
+        c = compare(times[:, i], times[:, j], level=level, margin=margin, names=(names[i], names[j]),
+                    same_graph=sg, family=k - 1)
+        if sg and c.verdict == "slower":  # the same graph is never faster than itself: no difference
+            c = msgspec.structs.replace(c, verdict="equal",
+                                        overruled=f"measured {c.describe()}, but it is the same graph: noise")
+        return c
+
+    beaten = [False] * k
+    for i in range(k):
+        for j in range(i + 1, k):
+            v = cmp(i, j).verdict
+            if v == "faster":
+                beaten[i] = True
+            elif v == "slower":
+                beaten[j] = True
+    left = [c for c in range(k) if not beaten[c]] or list(range(k))
+    pref = [p for p in preference if p in left]
+    if pref:
         winner = pref[0]
-        others = ", ".join(names[i] for i in sorted(tied_set - {winner}))
-        reason = f"{names[winner]}: first in the preference order among those equal within noise ({others})"
-    else:
-        winner = fastest
-        others = ", ".join(names[i] for i in sorted(tied_set - {fastest}))
-        reason = f"{names[fastest]}: the lowest estimate, equal within noise to {others} (none preferred)"
-    return Selection(winner=winner, fastest=fastest, tied=tuple(sorted(tied_set)), comparisons=tuple(comps),
-                     reason=reason)
+        reason = (f"{names[winner]}: no other candidate beats it beyond noise"
+                  + (", and it comes first in the preference order" if len(left) > 1 else ""))
+    else:  # the fastest is never beaten (its estimate is the lowest), unless by a same-graph rule
+        winner = fastest if fastest in left else left[0]
+        reason = (f"{names[winner]} beats every other candidate beyond noise" if len(left) == 1 else
+                  f"{names[winner]}: no other candidate beats it beyond noise, and it has the lowest estimate "
+                  f"(none preferred among {', '.join(names[c] for c in left)})")
+    others = [c for c in range(k) if c != winner]
+    comps = tuple(cmp(winner, c) for c in others)
+    tied = tuple(sorted([winner] + [c for c, x in zip(others, comps) if x.verdict != "slower"]))
+    return Selection(winner=winner, fastest=fastest, tied=tied, comparisons=comps, reason=reason)
