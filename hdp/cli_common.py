@@ -86,11 +86,16 @@ def runtime_options(passes: list, timeout: float | None, cache) -> list:
 
 
 def pass_cache(cache_dir: str | None, no_cache: bool):
+    from hdp.fsutil import path_problem
     from hdp.passes.cache import PassCache, default_cache_dir
 
     if no_cache:
         return None
-    return PassCache(cache_dir or default_cache_dir())
+    root = Path(cache_dir or default_cache_dir())
+    why = path_problem(root, room=_DIR_ROOM)  # a given --cache-dir was checked with the other paths
+    if why:
+        raise InputError(f"cache directory {_show(root)}: cannot be used: {why}; give --cache-dir or --no-cache")
+    return PassCache(root)
 
 
 #: The specialisation options of ``compile``, ``lower`` and ``profile`` (see hdp.ir.openvino_frontend).
@@ -238,19 +243,24 @@ def _with_weights(paths: dict[str, object] | None) -> list[tuple[str, Path]]:
 
 
 def check_paths(inputs: dict[str, object] | None = None, outputs: dict[str, object] | None = None,
-                out_dirs: dict[str, object] | None = None) -> None:
+                out_dirs: dict[str, object] | None = None, space: dict[str, int] | None = None) -> None:
     """Refuse, before any work, outputs that would overwrite an input or each other, or that
     cannot be written; then remove temporaries that killed hdp runs left where outputs go.
 
     ``inputs``/``outputs``/``out_dirs`` map an option label (``"MODEL"``, ``"-o"``,
     ``"--dump-ir"``) to a path or None. The ``.bin`` beside an input or output ``.xml`` counts as
     an input or output of its own. Paths are compared after resolving symlinks, and by inode (hard
-    links). Raises InputError naming both options.
+    links). Raises InputError naming both options. Also refused: paths too long for the file
+    system (a name over NAME_MAX, a path over PATH_MAX counting the temporaries and entries hdp
+    writes under it), inputs that are not regular files (a FIFO would block the read), and, for
+    the outputs named in ``space`` (label -> bytes), a file system with less room than that or no
+    free inode (a rough check; a late ENOSPC is still reported, see :class:`hdp.fsutil.WriteError`).
     """
     from hdp.fsutil import clean_stale
 
     ins, outs = _with_weights(inputs), _with_weights(outputs)
     dirs = [(label, Path(p)) for label, p in (out_dirs or {}).items() if p is not None and str(p) != ""]
+    _check_lengths_and_kinds(ins, outs, dirs)
 
     in_ids = [(label, p, _identity(p)) for label, p in ins]
     out_ids = [(label, p, _identity(p)) for label, p in outs]
@@ -276,3 +286,50 @@ def check_paths(inputs: dict[str, object] | None = None, outputs: dict[str, obje
         _check_writable(ld, pd, True, probed)
     for d in {os.path.realpath(p.parent) for _, p in outs} | {os.path.realpath(p) for _, p in dirs}:
         clean_stale(d)
+    for label, need in (space or {}).items():
+        _check_space(label, [p for lo, p in outs if lo.split(" (")[0] == label], need)
+
+
+#: Bytes of names hdp may put under an output directory (a cache shard, a temporary of at most
+#: NAME_MAX bytes, a file in it).
+_DIR_ROOM = 300
+
+
+def _show(p: Path) -> str:
+    """A path for a one-line message: in full unless it is very long."""
+    s = str(p)
+    return s if len(s) <= 160 else f"{s[:60]}...{s[-60:]} ({len(os.fsencode(s))} bytes)"
+
+
+def _check_lengths_and_kinds(ins, outs, dirs) -> None:
+    import stat
+
+    from hdp.fsutil import NAME_MAX, path_problem
+
+    for label, p in ins:
+        why = path_problem(p)
+        if why:
+            raise InputError(f"{label} {_show(p)}: cannot be read: {why}")
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            continue  # missing: the command says so in its own words
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(f"{label} {_show(p)}: is not a regular file (a FIFO, socket or device); give a file")
+    for label, p in outs:  # the file, and the temporary directory beside it that holds it until the rename
+        why = path_problem(p) or path_problem(p.parent, room=2 + NAME_MAX + len("placed.xml"))
+        if why:
+            raise InputError(f"{label} {_show(p)}: cannot be written: {why}")
+    for label, p in dirs:
+        why = path_problem(p, room=_DIR_ROOM)
+        if why:
+            raise InputError(f"{label} {_show(p)}: cannot be used: {why}")
+
+
+def _check_space(label: str, paths: list[Path], need: int) -> None:
+    from hdp.fsutil import space_problem
+
+    if paths:
+        why = space_problem(paths[0].parent, need, need_inodes=len(paths) + 1)
+        if why:
+            raise InputError(f"{label} {_show(paths[0])}: cannot be written: {why}")

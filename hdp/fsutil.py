@@ -17,6 +17,12 @@ writes to) removes temporaries whose process is gone. Files are ``fsync``-ed bef
 directory after it, and get mode ``0o666 & ~umask`` like any file a program creates
 (``mkstemp`` alone would leave them 0600).
 
+A temporary's name stays within ``NAME_MAX`` (255 bytes) whatever the destination's: a long name
+is cut and ends in a hash of the whole (:func:`temp_name`). A write that fails (a full disk, no
+inodes left, a read-only file system) raises :class:`WriteError`, one line naming the destination,
+and leaves the old file in place; :func:`path_problem` and :func:`space_problem` tell the command
+line before any work whether a path is too long or a file system too full.
+
 Test hook: ``HDP_KILL_AT=<point>[:<file name>]`` sends SIGKILL to this process when it reaches
 ``<point>`` (``atomic-before-rename``, ``placed-saved``, ``pair-xml-removed``, ``pair-bin-renamed``;
 see :func:`kill_point`); used by the tests that kill a compile mid-write.
@@ -25,6 +31,7 @@ see :func:`kill_point`); used by the tests that kill a compile mid-write.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -36,7 +43,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from hdp.errors import HdpError
+
 KILL_ENV = "HDP_KILL_AT"
+#: Longest file name (one path component) and path, in bytes, that Linux file systems accept.
+NAME_MAX = 255
+PATH_MAX = 4096
 
 _HOST = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
 _TEMP_RE = re.compile(r"^\..*\.hdp-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
@@ -51,9 +63,27 @@ def kill_point(name: str, detail: str = "") -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class WriteError(HdpError, OSError):
+    """A file could not be written (no space, no inodes, read-only, name too long ...); the
+    message names the destination, and whatever was there before is still there. ``reason``
+    is the why alone."""
+
+    reason: str = ""
+
+
 def temp_name(dest_name: str) -> str:
-    """A unique hidden name for a temporary that will become ``dest_name``."""
-    return f".{dest_name}.hdp-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    """A unique hidden name for a temporary that will become ``dest_name``, at most
+    :data:`NAME_MAX` bytes: a destination name too long to fit is cut and ends in ``~`` and a hash
+    of the whole name (still unique per writer: the process id and a random part follow)."""
+    tail = f".hdp-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    room = NAME_MAX - 1 - len(tail)
+    raw = os.fsencode(dest_name)
+    if len(raw) > room:
+        digest = hashlib.blake2b(raw, digest_size=8).hexdigest()
+        dest_name = raw[: room - 1 - len(digest)].decode("utf-8", "ignore") + "~" + digest
+        while len(os.fsencode(dest_name)) > room:  # a surrogate-escaped name may re-encode longer
+            dest_name = dest_name[1:]
+    return f".{dest_name}{tail}"
 
 
 def is_temp(name: str) -> bool:
@@ -164,7 +194,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     file written there replaces ``path`` (fsync, mode, rename, directory fsync). On any exception
     (KeyboardInterrupt included) the temporary is removed and ``path`` is untouched."""
     path = Path(path)
-    ensure_parent(path)
+    try:
+        ensure_parent(path)
+    except OSError as e:
+        raise write_error(path, e) from None
     tmp = path.parent / temp_name(path.name)
     try:
         yield tmp
@@ -173,6 +206,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         _finish(tmp)
         kill_point("atomic-before-rename", path.name)
         os.replace(tmp, path)
+    except OSError as e:
+        _unlink_quietly(tmp)
+        if isinstance(e, WriteError):
+            raise
+        raise write_error(path, e) from None
     except BaseException:
         _unlink_quietly(tmp)
         raise
@@ -193,9 +231,12 @@ def temp_dir(parent: str | os.PathLike, dest_name: str = "hdp") -> Iterator[Path
     """A private temporary directory inside ``parent`` (same filesystem as the destination),
     removed with its contents when the block ends."""
     parent = Path(parent)
-    parent.mkdir(parents=True, exist_ok=True)
     d = parent / temp_name(dest_name)
-    d.mkdir(mode=0o700)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o700)
+    except OSError as e:
+        raise write_error(parent / dest_name, e) from None
     try:
         yield d
     finally:
@@ -230,3 +271,81 @@ def commit_pair(tmp_xml: Path, out_xml: Path) -> None:
     kill_point("pair-bin-renamed")
     os.replace(tmp_xml, out_xml)
     fsync_dir(out_xml.parent)
+
+
+# --------------------------------------------------------------------------- failures and limits
+
+
+def space_problem(directory: str | os.PathLike, need_bytes: int = 0, need_inodes: int = 1) -> str | None:
+    """Why ``directory``'s file system cannot take ``need_bytes`` in ``need_inodes`` new files (None:
+    it can, or the file system does not say). Only a rough check: others write too, and a file
+    system's own overhead is not counted."""
+    try:
+        st = os.statvfs(_nearest_dir(directory))
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if st.f_files and st.f_favail < need_inodes:  # f_files == 0: the file system has no inode limit
+        return f"no free inodes ({st.f_favail} left)"
+    if free < need_bytes:
+        return f"no space left on device ({_size(free)} free, about {_size(need_bytes)} needed)"
+    return None
+
+
+def write_error(path: str | os.PathLike, cause: BaseException) -> WriteError:
+    """A :class:`WriteError` for a failed write of ``path``: the OS reason, or for a library's
+    message (OpenVINO says ``basic_ios::clear: iostream error`` on a full disk) what the file
+    system reports."""
+    path = Path(path)
+    if isinstance(cause, OSError) and cause.strerror:
+        reason = cause.strerror
+        if cause.errno == errno.ENAMETOOLONG:
+            reason += f" (a name over {NAME_MAX} bytes or a path over {PATH_MAX})"
+    else:  # a library's words: say what the file system reports beside them
+        first = next((ln.strip() for ln in str(cause).splitlines() if ln.strip()), type(cause).__name__)
+        first = re.sub(r"^Exception from \S+:\s*", "", first)
+        reason = first
+        try:
+            st = os.statvfs(_nearest_dir(path.parent))
+        except OSError:
+            st = None
+        if st is not None and st.f_files and st.f_favail == 0:
+            reason = f"no free inodes ({first})"
+        elif st is not None and st.f_bavail * st.f_frsize < 1 << 20:  # under a MiB left: a full disk
+            reason = f"no space left on device ({_size(st.f_bavail * st.f_frsize)} free; {first})"
+    kept = "the old file is kept" if os.path.lexists(path) else "nothing was written"
+    err = WriteError(f"{path}: cannot write it: {reason}; {kept}")
+    err.reason = reason  # (not strerror: setting it would turn str(err) into "[Errno n] ...")
+    return err
+
+
+def path_problem(path: str | os.PathLike, room: int = 0) -> str | None:
+    """Why ``path`` (absolute, plus ``room`` more bytes for what goes under it) is too long for
+    the file system (None: it is not): a component over :data:`NAME_MAX` or the whole over
+    :data:`PATH_MAX`."""
+    full = os.fsencode(os.path.abspath(path))
+    for part in full.split(b"/"):
+        if len(part) > NAME_MAX:
+            return (f"a file name in it is {len(part)} bytes, over the {NAME_MAX} the file system allows "
+                    f"({os.fsdecode(part[:24])}...)")
+    if len(full) + room >= PATH_MAX:
+        extra = f" with the {room} bytes of names hdp puts under it" if room else ""
+        return f"it is {len(full)} bytes long{extra}, over PATH_MAX ({PATH_MAX} bytes)"
+    return None
+
+
+def _nearest_dir(p: str | os.PathLike) -> str:
+    p = os.path.abspath(p)
+    while not os.path.isdir(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    return p
+
+
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{int(n)} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            break
+    return f"{n:.1f} {unit}"

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.fsutil import commit_pair, kill_point, temp_dir
+from hdp.fsutil import commit_pair, kill_point, temp_dir, write_error
 from hdp.ir import serde
 from hdp.ir.openvino_frontend import reread_source
 from hdp.ir.types import Module
@@ -86,12 +86,15 @@ def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=
     model, ov_ops = reread_source(module)
     annotate(model, ov_ops, module, target)
     legalize_placed(model, ov_ops, module)
-    pending = f"pending-{secrets.token_hex(16)}"
+    pending = secrets.token_hex(16)  # as long as the digest that replaces it in place
     model.set_rt_info(pending, ["hdp", WEIGHTS_DIGEST_KEY])
     with temp_dir(out_xml.parent, out_xml.name) as tmp:
         tmp_xml = tmp / "placed.xml"
-        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
-        record_weights_digest(tmp_xml, pending)
+        try:
+            ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+            record_weights_digest(tmp_xml, pending)
+        except (RuntimeError, OSError) as e:  # a full disk: "basic_ios::clear: iostream error"
+            raise write_error(out_xml, e) from None
         if check is not None:
             result = check(tmp_xml)
             if not result.passed:
@@ -113,10 +116,26 @@ def weights_digest(bin_path: Path) -> str:
     return h.hexdigest()
 
 
-def record_weights_digest(xml: Path, pending: str) -> None:
-    """Replace the placeholder ``pending`` in the saved ``xml`` by the digest of its ``.bin``."""
-    text = xml.read_bytes()
+def record_weights_digest(xml: Path, pending: str, block: int = 1 << 20) -> None:
+    """Overwrite the placeholder ``pending`` in the saved ``xml`` with the digest of its ``.bin``,
+    in place: the placeholder is as long as a digest, and the file is scanned in blocks, never
+    held (or copied) whole in memory."""
+    digest = weights_digest(xml.with_suffix(".bin"))  # ov.save_model writes a .bin, empty without weights
+    if len(digest) != len(pending):
+        raise RuntimeError(f"{xml}: no weights file beside it, or a placeholder of the wrong length")
     needle = f'value="{pending}"'.encode()
-    if text.count(needle) != 1:
-        raise RuntimeError(f"{xml}: the weights digest placeholder was not written once")
-    xml.write_bytes(text.replace(needle, f'value="{weights_digest(xml.with_suffix(".bin"))}"'.encode()))
+    found: list[int] = []
+    with open(xml, "r+b") as f:
+        offset, tail = 0, b""
+        while chunk := f.read(block):
+            buf = tail + chunk
+            i = buf.find(needle)
+            while i >= 0:
+                found.append(offset - len(tail) + i)
+                i = buf.find(needle, i + 1)
+            tail = buf[-(len(needle) - 1):]
+            offset += len(chunk)
+        if len(found) != 1:
+            raise RuntimeError(f"{xml}: the weights digest placeholder was not written once")
+        f.seek(found[0] + len('value="'))
+        f.write(digest.encode())
