@@ -25,10 +25,12 @@ prune by hand.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import shutil
+import stat
 import threading
 import warnings
 from dataclasses import dataclass
@@ -95,14 +97,23 @@ class Store:
         return self.dir / key[:2] / f"{key}{self.suffix}"
 
     def get(self, key: str) -> bytes | None:
-        """The payload stored under ``key``, or None (missing, unreadable or corrupt: discarded)."""
+        """The payload stored under ``key``, or None (missing, unreadable or corrupt: discarded).
+        Only a regular file is opened: a FIFO, socket, device or symlink in an entry's place is
+        discarded unread (a FIFO would block the read forever)."""
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except OSError as e:  # a directory in its place, no permission, I/O error
-            self.discard(path, f"unreadable ({e.strerror or e})")
+        except NotRegular as e:
+            self.discard(path, f"{e}, not a regular file")
+            return None
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:  # the directory's path, not the entry, is at fault
+                _warn_once(("long", str(self.dir)), f"cannot use the cache entries in {self.dir} "
+                           f"({e.strerror}); continuing without them")
+                return None
+            self.discard(path, f"unreadable ({e.strerror or e})")  # a directory in its place, I/O error
             return None
         head = len(MAGIC) + _CHECK
         if not data.startswith(MAGIC):  # written by an older hdp (or damaged at its start): recompute
@@ -118,7 +129,8 @@ class Store:
         return data[head:]
 
     def put(self, key: str, payload: bytes) -> bool:
-        """Store ``payload`` under ``key``; False (with a warning) when the entry cannot be written."""
+        """Store ``payload`` under ``key``; False (with a warning, once per reason and directory)
+        when the entry cannot be written."""
         path = self.path(key)
         try:
             if path.is_dir() and not path.is_symlink():
@@ -126,8 +138,9 @@ class Store:
             atomic_write(path, MAGIC + _checksum(key, payload) + payload)
             return True
         except OSError as e:
-            warnings.warn(f"cannot write cache entry {path} ({e.strerror or e}); continuing without it",
-                          stacklevel=2)
+            why = getattr(e, "reason", None) or e.strerror or str(e)
+            _warn_once(("put", str(self.dir), why), f"cannot write cache entries in {self.dir} ({why}); "
+                       f"continuing without them")
             return False
 
     def open(self) -> None:
@@ -147,6 +160,47 @@ class Store:
                 path.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+class NotRegular(OSError):
+    """An entry's path holds something other than a regular file (its kind is the message)."""
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file (not followed through a symlink); raises
+    NotRegular otherwise, without opening a FIFO or device for reading (``O_NONBLOCK``)."""
+    kind = _kind(os.lstat(path).st_mode)
+    if kind:
+        raise NotRegular(kind)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        kind = _kind(os.fstat(fd).st_mode)  # replaced between the lstat and the open
+        if kind:
+            raise NotRegular(kind)
+        return f.read()
+
+
+def _kind(mode: int) -> str:
+    """"" for a regular file, else what it is."""
+    if stat.S_ISREG(mode):
+        return ""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+_warned: set = set()
+
+
+def _warn_once(key, message: str) -> None:
+    with _opened_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, stacklevel=3)
 
 
 # --------------------------------------------------------------------------- whole-root maintenance
