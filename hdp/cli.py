@@ -82,7 +82,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     from hdp.passes.instruments import DumpIR, Progress, Timing
     from hdp.passes.boundary import with_calibration
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import compile_schedule, default_method, lower_cached
+    from hdp.pipeline import compile_schedule, default_method, lower_cached, recompute_if_stale
     from hdp.placers import measured_heads, stage_times
 
     t_start = time.monotonic()
@@ -96,7 +96,8 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
                          "--set checkpoint": opts.get("checkpoint"), "--export-blob": export_blob,
                          "--export-blob (its record)": _sidecar(export_blob)},
                 out_dirs={"--dump-ir": dump_ir, "--cache-dir": None if no_cache else cache_dir,
-                          "--set report": opts.get("report")})
+                          "--set report": opts.get("report")},
+                space={"-o": _model_bytes(model)})  # the placed pair is about the model's size
     tgt = target_from(target, devices)
     if export_blob:
         _blob_target_check(tgt, export_blob)
@@ -115,46 +116,53 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
         from hdp.runtime.measure import prestart_worker
 
         prestart_worker(model, shapes)  # the worker imports OpenVINO and reads the model while this lowers it
-    module = lower_cached(model, shapes, cache, instruments)
-    with stage_times() as stage_rows, measured_heads() as heads:
-        module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
-    report: list[str] = []
-    checker = None
     spent: dict[str, float] = {}  # wall seconds of the steps after the passes
-    try:
-        t0 = time.monotonic()
-        if check:
-            from hdp.runtime.verify import PlacementChecker, verify_and_repair
 
-            def replace(m, ties):
-                partition = msgspec.structs.replace(schedule[-2], extra_ties=ties)
-                base = m.replace(partition=None, placement=None)
-                return PassManager([partition, schedule[-1]], cache=cache, instruments=instruments).run(base)
+    def place_and_write():
+        module = lower_cached(model, shapes, cache, instruments)
+        with stage_times() as stage_rows, measured_heads() as heads:
+            module = PassManager(schedule, cache=cache, instruments=instruments).run(module)
+        report: list[str] = []
+        checker = None
+        try:
+            t0 = time.monotonic()
+            if check:
+                from hdp.runtime.verify import PlacementChecker, verify_and_repair
 
+                def replace(m, ties):
+                    partition = msgspec.structs.replace(schedule[-2], extra_ties=ties)
+                    base = m.replace(partition=None, placement=None)
+                    return PassManager([partition, schedule[-1]], cache=cache, instruments=instruments).run(base)
+
+                for ins in instruments:
+                    ins.before("check", "")
+                checker = PlacementChecker(module, tgt, **({"timeout": timeout} if timeout else {}))
+                verified = verify_and_repair(module, tgt, replace, checker)
+                module = verified.module
+                report += [f"learned: {line}" for line in verified.learned] + verified.lines
+                if verified.fallback:
+                    report.append(f"fell back to every op on {verified.fallback}: the placement did not run "
+                                  f"({module.placement.info.get('fallback_reason')})")
+                report.append(verified.result.describe())
+                for ins in instruments:
+                    ins.after("check", "", False, module)
+                spent["check"] = time.monotonic() - t0
+            t0 = time.monotonic()
             for ins in instruments:
-                ins.before("check", "")
-            checker = PlacementChecker(module, tgt, **({"timeout": timeout} if timeout else {}))
-            verified = verify_and_repair(module, tgt, replace, checker)
-            module = verified.module
-            report += [f"learned: {line}" for line in verified.learned] + verified.lines
-            if verified.fallback:
-                report.append(f"fell back to every op on {verified.fallback}: the placement did not run "
-                              f"({module.placement.info.get('fallback_reason')})")
-            report.append(verified.result.describe())
+                ins.before("raise", "")
+            used = sorted({module.placement.devices[int(d)] for d in module.placement.device_of.numpy()})
+            write_placed(module, out, tgt, check=(lambda tmp: checker.check_file(tmp, used)) if checker else None)
             for ins in instruments:
-                ins.after("check", "", False, module)
-            spent["check"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        for ins in instruments:
-            ins.before("raise", "")
-        used = sorted({module.placement.devices[int(d)] for d in module.placement.device_of.numpy()})
-        write_placed(module, out, tgt, check=(lambda tmp: checker.check_file(tmp, used)) if checker else None)
-        for ins in instruments:
-            ins.after("raise", "", False, module)
-        spent["writing"] = time.monotonic() - t0
-    finally:
-        if checker is not None:
-            checker.close()
+                ins.after("raise", "", False, module)
+            spent["writing"] = time.monotonic() - t0
+        finally:
+            if checker is not None:
+                checker.close()
+        return module, report, stage_rows, heads
+
+    # a cached module of another model (it decoded, but its ops are not the file's) is discarded
+    # and everything recomputed once, instead of failing every later run
+    module, report, stage_rows, heads = recompute_if_stale(cache, place_and_write)
     if emit_ir:
         save(module, emit_ir)
     if export_blob:
@@ -209,6 +217,17 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
         line = _time_line(schedule, timing.rows, stage_rows, spent, time.monotonic() - t_start)
         if line:
             click.echo(line)
+
+
+def _model_bytes(xml) -> int:
+    """Bytes of a model's .xml and .bin (0 for what is missing)."""
+    total = 0
+    for p in (Path(xml), Path(xml).with_suffix(".bin")):
+        try:
+            total += p.stat().st_size
+        except OSError:
+            pass
+    return total
 
 
 def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: list) -> list[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from hdp.ir import serde
 from hdp.ir.types import Module
@@ -11,6 +13,8 @@ from hdp.passes.registry import registry
 from hdp.passes.cache import PassCache
 from hdp.passes.instruments import Instrument
 from hdp.runtime.target import Target
+
+T = TypeVar("T")
 
 #: Bump when the frontend's output changes for the same model file.
 FRONTEND_VERSION = 3
@@ -32,6 +36,10 @@ def lower_cached(xml: str | Path, request, cache: PassCache | None,
     for ins in instruments:
         ins.before("lower", key or "")
     module = cache.get(key) if key else None
+    if module is not None and (module.meta.get("source") != str(xml.resolve())
+                               or module.meta.get("source_digest") != file_digest(xml)):
+        cache.discard([key], f"a lowered module of {module.meta.get('source') or 'another model'}")
+        module = None
     hit = module is not None
     if module is None:
         module = lower(xml, request)
@@ -40,6 +48,28 @@ def lower_cached(xml: str | Path, request, cache: PassCache | None,
     for ins in instruments:
         ins.after("lower", key or "", hit, module)
     return module
+
+
+def recompute_if_stale(cache: PassCache | None, run: Callable[[], T]) -> T:
+    """``run()``; if it fails because a module no longer matches its model (a
+    :class:`~hdp.errors.StaleInput`, such as a lowered module whose ops are not the file's) and the
+    pass cache supplied modules to it, those entries are discarded with a warning and ``run()`` is
+    repeated once without reading the cache. A cache entry can decode, verify and still belong to
+    another model; without this, such an entry would fail every later run."""
+    from hdp.errors import HdpError, is_stale
+
+    first = len(cache.hits) if cache is not None else 0
+    try:
+        return run()
+    except HdpError as e:
+        if cache is None or not is_stale(e) or len(cache.hits) == first:
+            raise
+        cache.discard(cache.hits[first:], str(e))
+    cache.reading = False
+    try:
+        return run()
+    finally:
+        cache.reading = True
 
 
 def takes_target(cls: type[Pass]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hdp.errors import HdpError, PassError
+from hdp.errors import HdpError, PassError, is_stale
 from hdp.ir import serde
 from hdp.ir.types import STAGES, Module
 from hdp.ir.verify import VerifyError, verify
@@ -37,6 +37,22 @@ def check_schedule(passes: Sequence[Pass], available: Sequence[str]) -> None:
         have.update(type(p).provides)
 
 
+#: Meta entries that tie a module to its source model; no pass changes them.
+SOURCE_META = ("source", "source_digest", "specialisation")
+
+
+def consistent(before: Module, after: Module, p: Pass) -> bool:
+    """Whether ``after`` (a cached output of ``p``) can be ``p``'s output for ``before``: the same
+    graph, source and every stage ``p`` does not provide. An entry that decodes and verifies may
+    still hold another model's module (forged, or written under a wrong key)."""
+    if after.graph != before.graph or after.schema != before.schema:
+        return False
+    if any(after.meta.get(k) != before.meta.get(k) for k in SOURCE_META):
+        return False
+    return all(getattr(after, s) == getattr(before, s) for s in STAGES
+               if s != "graph" and s not in type(p).provides)
+
+
 class PassManager:
     def __init__(self, passes: Sequence[Pass], cache: PassCache | None = None,
                  instruments: Sequence[Instrument] = (), verify_each: bool = True):
@@ -54,6 +70,9 @@ class PassManager:
             for ins in self.instruments:
                 ins.before(name, key)
             out = self.cache.get(key) if self.cache else None
+            if out is not None and not consistent(module, out, p):
+                self.cache.discard([key], f"pass '{name}' output for another input")
+                out = None
             hit = out is not None
             if out is None:
                 try:
@@ -61,7 +80,7 @@ class PassManager:
                 except HdpError as e:
                     if isinstance(e, PassError):
                         raise
-                    raise PassError(name, str(e)) from e
+                    raise PassError(name, str(e), stale=is_stale(e)) from e
                 if self.verify_each:
                     try:
                         verify(out)

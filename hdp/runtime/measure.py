@@ -56,7 +56,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from hdp.errors import HdpError, InputError
+from hdp.errors import HdpError, InputError, StaleInput
 from hdp.ir import serde
 from hdp.ir.types import Module
 from hdp.runtime import stats
@@ -709,7 +709,7 @@ class Measurer:
         if not reply["ok"]:
             self._worker.close()
             if reply.get("input"):
-                raise InputError(reply["error"])
+                raise (StaleInput if reply.get("stale") else InputError)(reply["error"])
             raise _WorkerFailure(f"cannot load the model: {reply['error']}")
         self._loaded = reply
         return reply
@@ -719,7 +719,7 @@ class Measurer:
         self._ensure_loaded()
         reply = self._worker.call(req, self.timeout)
         if not reply["ok"] and reply.get("input"):
-            raise InputError(reply["error"])
+            raise (StaleInput if reply.get("stale") else InputError)(reply["error"])
         return reply
 
     def loaded(self) -> dict:

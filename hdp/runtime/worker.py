@@ -190,7 +190,7 @@ class Worker:
         self._next_handle = 0
 
     def handle(self, req: dict) -> dict:
-        from hdp.errors import InputError
+        from hdp.errors import InputError, is_stale
 
         try:
             op = req.get("op")
@@ -227,9 +227,16 @@ class Worker:
                 return self.query(req)
             raise InputError(f"worker: unknown request '{op}'")
         except InputError as e:
-            return {"ok": False, "input": True, "error": str(e)}
+            return {"ok": False, "input": True, "error": str(e), "stale": is_stale(e)}
         except Exception as e:  # noqa: BLE001 - every failure becomes an error sample
-            return {"ok": False, "input": False, "error": f"{type(e).__name__}: {ov_message(e)}"}
+            return {"ok": False, "input": False, "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
+
+    def _explain(self, message: str) -> str:
+        """``message``, and for an allocation failure the shapes that asked for the memory."""
+        spec = getattr(self, "spec", None)
+        if "bad_alloc" in message and spec is not None:
+            return f"{message} (out of memory at the inputs {spec.input_shapes()})"
+        return message
 
     @staticmethod
     def _read_key(xml: str, spec: str) -> tuple | None:
@@ -253,7 +260,7 @@ class Worker:
         return {"ok": True}
 
     def load(self, req: dict) -> dict:
-        from hdp.errors import InputError
+        from hdp.errors import InputError, StaleInput
         from hdp.ir import openvino_frontend as fe
         from hdp.runtime.target import Target
 
@@ -276,11 +283,11 @@ class Worker:
         self.reference = {}
         want = req.get("structure")
         if want is not None and fe.op_structure(self.ops).digest() != want:
-            raise InputError(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
+            raise StaleInput(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
                              f"module's); lower it again")
         self.roles = np.frombuffer(req["roles"], np.int8) if req.get("roles") else None
         if self.roles is not None and self.roles.shape[0] != len(self.ops):
-            raise InputError(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
+            raise StaleInput(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
                              f"{len(self.ops)}; lower it again")
         self.index = fe.name_positions(self.ops)
         self.states = fe.state_tensors(spec)
@@ -586,7 +593,8 @@ class Worker:
         for d in devices:
             if isinstance(answers[d], Exception):
                 e = answers[d]
-                return {"ok": False, "input": False, "device": d, "error": f"{type(e).__name__}: {ov_message(e)}"}
+                return {"ok": False, "input": False, "device": d,
+                        "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
         return {"ok": True, "supported": {d: supported_mask(self.ops, answers[d]).tolist() for d in devices}}
 
 
