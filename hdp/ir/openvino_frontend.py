@@ -52,7 +52,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.errors import InputError, StaleInput
 from hdp.ir.build import graph_from_edges
 from hdp.ir.types import Graph, Module, Op
 
@@ -393,7 +393,7 @@ def _assigned_state(static_model) -> dict[str, tuple[int, ...]]:
 def _check_inputs(model, spec: Specialisation, xml) -> None:
     labels = [_label(i) for i in model.inputs]
     if labels != [i.name for i in spec.inputs]:
-        raise InputError(f"{xml}: the model's inputs ({', '.join(labels)}) are not those it was lowered with "
+        raise StaleInput(f"{xml}: the model's inputs ({', '.join(labels)}) are not those it was lowered with "
                          f"({', '.join(i.name for i in spec.inputs)}): model.xml changed since it was lowered; "
                          f"lower it again")
 
@@ -624,6 +624,8 @@ def read_model(xml: str | os.PathLike):
     suffix = xml.suffix.lower()
     if suffix not in MODEL_SUFFIXES:
         raise InputError(f"{xml}: expected an OpenVINO IR .xml or an ONNX .onnx file")
+    if not xml.is_file():
+        raise InputError(f"{xml}: is not a regular file (a FIFO, socket or device); expected a model file")
     if suffix == ".onnx":
         return _read_onnx(xml)
     _check_xml(xml)
@@ -654,24 +656,66 @@ def _first_line(e: Exception) -> str:
     return re.sub(r"^Exception from \S+:\s*", "", msg)
 
 
-def _check_xml(xml: Path) -> None:
-    """Catch malformed XML and missing/short weights before OpenVINO, for clearer messages."""
-    import xml.etree.ElementTree as ET
+#: Deepest element nesting :func:`read_model` accepts. An OpenVINO IR nests a few levels (a layer's
+#: rt_info, a TensorIterator's body: tens); OpenVINO's writer indents every element by its depth, so
+#: a saved model grows with the square of the depth (3,000 levels in the model's rt_info: 9 MB;
+#: 100,000 levels in a layer's rt_info took 100 s and 9.7 GB).
+MAX_XML_DEPTH = 1000
+#: The indentation OpenVINO would write for the whole document (the sum of every element's
+#: depth) that :func:`read_model` accepts: many elements each nested just under the limit.
+MAX_XML_INDENT = 1 << 28
 
+
+class _TooDeep(Exception):
+    pass
+
+
+def _check_xml(xml: Path) -> None:
+    """Catch malformed XML, nesting deeper than :data:`MAX_XML_DEPTH` and missing/short weights
+    before OpenVINO, for clearer messages. One streaming pass (expat): the document is never
+    held in memory as a tree."""
+    from xml.parsers import expat
+
+    parser = expat.ParserCreate()
+    state = {"depth": 0, "root": None, "need": 0, "indent": 0}
+
+    def start(tag, attrs):
+        depth = state["depth"] = state["depth"] + 1
+        state["indent"] += depth
+        if depth == 1:
+            state["root"] = tag
+        elif depth > MAX_XML_DEPTH:
+            raise _TooDeep(f"{xml}: element <{tag}> at line {parser.CurrentLineNumber} is nested "
+                           f"{depth} levels deep, deeper than the {MAX_XML_DEPTH} hdp accepts in a model")
+        elif state["indent"] > MAX_XML_INDENT:
+            raise _TooDeep(f"{xml}: element <{tag}> at line {parser.CurrentLineNumber}: the elements so far are "
+                           f"nested so deeply that saving the model would write over {MAX_XML_INDENT >> 20} MB "
+                           f"of indentation alone; hdp refuses models nested like this")
+        if tag == "data":
+            off, size = attrs.get("offset"), attrs.get("size")
+            if off is not None and size is not None:
+                try:
+                    state["need"] = max(state["need"], int(off) + int(size))
+                except ValueError:
+                    raise InputError(f"{xml}: constant with non-integer offset/size") from None
+
+    def end(tag):
+        state["depth"] -= 1
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
     try:
-        root = ET.parse(xml).getroot()
-    except ET.ParseError as e:
+        with open(xml, "rb") as f:
+            parser.ParseFile(f)
+    except expat.ExpatError as e:
         raise InputError(f"{xml}: malformed XML ({e})") from None
-    if root.tag != "net":
-        raise InputError(f"{xml}: not an OpenVINO IR (root element <{root.tag}>, expected <net>)")
-    need = 0
-    for data in root.iter("data"):
-        off, size = data.get("offset"), data.get("size")
-        if off is not None and size is not None:
-            try:
-                need = max(need, int(off) + int(size))
-            except ValueError:
-                raise InputError(f"{xml}: constant with non-integer offset/size") from None
+    except _TooDeep as e:
+        raise InputError(str(e)) from None
+    except OSError as e:
+        raise InputError(f"{xml}: cannot read it ({e.strerror or e})") from None
+    if state["root"] != "net":
+        raise InputError(f"{xml}: not an OpenVINO IR (root element <{state['root']}>, expected <net>)")
+    need = state["need"]
     if need:
         bin_path = xml.with_suffix(".bin")
         if not bin_path.exists():
@@ -733,7 +777,7 @@ def check_structure(ov_ops, graph: Graph, xml) -> None:
     what = (f"op #{where} is '{ov_ops[where].get_friendly_name()}' ({a.types[where]}), the module has "
             f"'{graph.ops[where].name}' ({b.types[where]}) with other inputs" if where < min(len(a.types), len(b.types))
             else f"{len(a.types)} ops, the module has {len(b.types)}")
-    raise InputError(f"{xml}: model.xml changed since it was lowered ({what}); lower it again")
+    raise StaleInput(f"{xml}: model.xml changed since it was lowered ({what}); lower it again")
 
 
 def _first_difference(a: Structure, b: Structure) -> int:
@@ -932,6 +976,7 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
     from hdp.ir.openvino_legalize import fragile_ops, state_ties
 
     spec = plan_specialisation(model, xml, as_request(request))
+    check_input_sizes(spec, xml)
     fragile = fragile_ops(model)  # on the model as it will be written, dynamic shapes kept
     ties = state_ties(list(model.get_ordered_ops()))
     static = specialise(model, spec, xml)
@@ -944,7 +989,96 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
         meta.update(state_shapes=spec.state_shapes(), phase=spec.phase)
     if spec.seq_len:
         meta["seq_len"] = str(spec.seq_len)
-    return lower_model(static, source=str(xml.resolve()), extra_meta=meta, fragile=fragile, ties=ties)
+    module = lower_model(static, source=str(xml.resolve()), extra_meta=meta, fragile=fragile, ties=ties)
+    check_tensor_sizes(module, xml, spec)
+    return module
+
+
+# --------------------------------------------------------------------------- tensor sizes
+
+
+def tensor_limit() -> int:
+    """The largest tensor, in bytes, hdp accepts in a specialisation: a quarter of this host's
+    memory (the smaller of the physical memory and a cgroup limit). Profiling holds a copy of
+    every input and output per device at once, and a plugin asked about a larger tensor ends in
+    ``std::bad_alloc`` or the kernel's out-of-memory killer. ``HDP_MAX_TENSOR_BYTES`` overrides it."""
+    env = os.environ.get("HDP_MAX_TENSOR_BYTES", "")
+    if env:
+        from hdp.cache import parse_size
+
+        try:
+            return parse_size(env)
+        except ValueError:
+            raise InputError(f"HDP_MAX_TENSOR_BYTES={env!r} is not a size (e.g. 4G)") from None
+    return host_memory() // 4
+
+
+def host_memory() -> int:
+    """Bytes of memory this process may use: physical memory, or a smaller cgroup limit."""
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        mem = 1 << 40
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            mem = min(mem, int(Path(f).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return mem
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+_TYPE_SIZES: dict[str, float] = {}
+
+
+def _type_size(name: str) -> float:
+    if name not in _TYPE_SIZES:
+        try:
+            t = _ov_type(name)
+            _TYPE_SIZES[name] = t.bitwidth / 8 if hasattr(t, "bitwidth") else t.size
+        except (AttributeError, RuntimeError, TypeError):
+            _TYPE_SIZES[name] = 1
+    return _TYPE_SIZES[name]
+
+
+def _too_big(what: str, shape, type_name: str, limit: int) -> str | None:
+    import math
+
+    nbytes = int(math.prod(shape) * _type_size(type_name)) if shape else 0
+    if nbytes <= limit:
+        return None
+    k = max(range(len(shape)), key=lambda i: shape[i])
+    return (f"{what} has shape [{','.join(map(str, shape))}] (dimension {k} is {shape[k]}): one {type_name} tensor "
+            f"of {_gib(nbytes)}, over hdp's limit of {_gib(limit)} per tensor (a quarter of this host's memory; "
+            f"HDP_MAX_TENSOR_BYTES overrides it)")
+
+
+def check_input_sizes(spec: Specialisation, xml) -> None:
+    """InputError naming the input (or state) and its largest dimension when one tensor of the
+    specialisation is larger than :func:`tensor_limit`."""
+    limit = tensor_limit()
+    for i in spec.inputs:
+        why = _too_big(f"input '{i.name}'", i.shape, i.type, limit)
+        if why:
+            raise InputError(f"{xml}: {why}")
+    for st in spec.state:
+        why = _too_big(f"state '{st.variable}'", st.shape, st.type, limit)
+        if why:
+            raise InputError(f"{xml}: {why}; give a smaller state shape with --input-shape or --seq-len")
+
+
+def check_tensor_sizes(module: Module, xml, spec: Specialisation) -> None:
+    """InputError naming the op when one output of the specialised model is larger than
+    :func:`tensor_limit` (the inputs fit, but an op makes something much larger of them)."""
+    limit = tensor_limit()
+    for op in module.graph.ops:
+        for shape, t in zip(op.out_shapes, op.out_types):
+            why = _too_big(f"op '{op.name}' ({op.type}) at inputs {spec.input_shapes()}", shape, t, limit)
+            if why:
+                raise InputError(f"{xml}: {why}")
 
 
 def module_specialisation(module: Module) -> Specialisation:
@@ -966,7 +1100,7 @@ def checked_source(module: Module) -> tuple[Path, str]:
         raise InputError(f"{xml}: the module's source model is gone")
     digest = file_digest(xml)
     if module.meta.get("source_digest") and digest != module.meta["source_digest"]:
-        raise InputError(f"{xml}: the source model changed since it was lowered; lower it again")
+        raise StaleInput(f"{xml}: the source model changed since it was lowered; lower it again")
     return xml, digest
 
 
