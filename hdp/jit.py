@@ -6,7 +6,10 @@ at ``<hdp cache>/numba`` (``$XDG_CACHE_HOME/hdp/numba``, default ``~/.cache/hdp/
 which fails silently where the package directory is read-only and mixes build products into a
 checkout. The environment variable is set too, so worker processes agree. Numba keys a cached
 kernel by its source file's contents, the argument types, the Numba version and the CPU, so a stale
-entry is never used; an unwritable directory makes Numba fall back to its own locations.
+entry is never used. When that directory cannot be written (``HOME`` read-only or a file, a
+read-only ``NUMBA_CACHE_DIR``), the kernels are cached in a private directory under the system's
+temporary directory instead, with a warning; when none can be written they are compiled in every
+run (Numba itself would fail with "no locator available").
 
 Compiling every kernel takes tens of seconds on a small machine (about 16 s of CPU for
 ``hdp compile --method optimal`` on a 2-core VM, against 2.6 s once cached): :mod:`hdp.warmup`
@@ -31,18 +34,69 @@ def cache_dir() -> str:
     return str(default_cache_dir() / "numba")
 
 
-def _configure() -> None:
+_state: dict = {}
+
+
+def _writable(d: str) -> str | None:
+    """Why files cannot be created in directory ``d`` (made if missing); None if they can."""
+    import tempfile
+
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def _private_temp_dir() -> str | None:
+    """``<tmp>/hdp-numba-<uid>``, if it is ours alone (Numba's cache holds pickled code, which
+    must not come from a directory another user can write), else a fresh one; None if neither
+    can be made."""
+    import stat
+    import tempfile
+
+    d = os.path.join(tempfile.gettempdir(), f"hdp-numba-{os.getuid()}")
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022 \
+                and _writable(d) is None:
+            return d
+        return tempfile.mkdtemp(prefix="hdp-numba-")
+    except OSError:
+        return None
+
+
+def _configure() -> bool:
+    """Point Numba's cache at a writable directory; False when there is none (no caching)."""
+    import warnings
+
     import numba.core.config
 
-    if not os.environ.get(ENV):
-        os.environ[ENV] = cache_dir()
-    if numba.core.config.CACHE_DIR != os.environ[ENV]:
+    if "cache" not in _state:
+        want = cache_dir()
+        why = _writable(want)
+        if why is not None:
+            fallback = _private_temp_dir()
+            where = f"in {fallback} instead" if fallback else "nowhere: they are compiled in every run"
+            warnings.warn(f"cannot write Numba's kernel cache in {want} ({why}); compiled kernels are "
+                          f"cached {where}", stacklevel=3)
+            want = fallback
+        if want:
+            os.environ[ENV] = want
+        _state["cache"] = bool(want)
+    if _state["cache"] and numba.core.config.CACHE_DIR != os.environ[ENV]:
         numba.core.config.reload_config()  # numba read its environment at import, maybe before
+    return _state["cache"]
 
 
 def njit(*args, **kwargs):
     """``numba.njit``, with Numba's cache directory set first (see the module docstring)."""
-    _configure()
+    if not _configure():
+        kwargs["cache"] = False
     from numba import njit as _njit
 
     return _njit(*args, **kwargs)
