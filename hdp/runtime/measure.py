@@ -830,6 +830,32 @@ class Measurer:
             raise MeasureError(f"query_model on {reply.get('device') or ', '.join(devices)}: {reply['error']}")
         return {d: [bool(x) for x in reply["supported"][d]] for d in devices}
 
+    def signatures(self) -> tuple[np.ndarray, list[str]]:
+        """Each op's signature in the worker's model (:mod:`hdp.runtime.query`): an int32 per op
+        (an index into the digests; -1: not asked, -2: asked in its model) and the hex digests."""
+        try:
+            reply = self._call({"op": "signatures"})
+        except _WorkerFailure as e:
+            raise MeasureError(f"op signatures: {e}") from None
+        if not reply["ok"]:
+            raise MeasureError(f"op signatures: {reply['error']}")
+        return np.frombuffer(reply["sig_of"], np.int32), list(reply["digests"])
+
+    def query_signatures(self, ask: dict[str, list[int]]) -> dict:
+        """``query_model`` on each device of ``ask`` about the op signatures listed for it, on
+        small models cut out of the worker's (see :mod:`hdp.runtime.query`): the worker's reply
+        (``answers``, ``in_context``, ``queries``, ``seconds``)."""
+        for device in ask:
+            if self.target.device(device).kind != "real":
+                raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot be queried")
+        try:
+            reply = self._call({"op": "query_signatures", "ask": {d: list(map(int, ks)) for d, ks in ask.items()}})
+        except _WorkerFailure as e:
+            raise MeasureError(f"query_model on {', '.join(ask)}: {e}") from None
+        if not reply["ok"]:
+            raise MeasureError(f"query_model on {reply.get('device') or ', '.join(ask)}: {reply['error']}")
+        return reply
+
     def plain(self, device: str) -> Measurement:
         """The unplaced model compiled directly on ``device`` (no HETERO)."""
         d = self.target.device(device)

@@ -31,7 +31,14 @@ true for a user mistake such as a device absent from this host):
 - ``query``: ``devices`` -> ``supported`` ({device: a bool per op position}): OpenVINO's
   ``query_model`` of the loaded model on each device, the devices in parallel threads. It runs here,
   not in the caller, because a plugin answering it may allocate whatever the model's shapes ask for
-  (``std::bad_alloc``) or crash.
+  (``std::bad_alloc``) or crash. Whole-model ``query_model`` is superlinear in the model; the support
+  pass asks per op signature instead (:mod:`hdp.runtime.query`):
+- ``signatures`` -> ``sig_of`` (int32 bytes, one per op position: an index into ``digests``, -1 for
+  Parameter/Constant/Result, -2 for an op asked in its model) and ``digests`` (hex).
+- ``query_signatures``: ``ask`` ({device: [signature index, ...]}) -> ``answers`` ({device: [[index,
+  supported], ...]}, an op asked in its model under ``-(position + 1)``), ``in_context`` ({device:
+  [signature indices answered by the whole model, not memoisable]}), ``queries``, ``seconds``; the
+  devices in parallel threads.
 - ``plain``: ``device``, ``runs``, ``warmup`` -> ``times``, ``compile_seconds``.
 - ``profile``: ``devices``, ``runs``, ``warmup``, ``seconds``, ``min_runs`` -> ``devices`` (one
   entry per device, in order: ``device``, ``times``, ``starts`` (of each timed run, seconds after
@@ -188,6 +195,7 @@ class Worker:
         self.inputs = []
         self.prepared: dict[int, tuple[object, object]] = {}  # handle -> (compiled model, infer request)
         self._next_handle = 0
+        self.sigs = None  # (Signatures, input feeds) of the loaded model, made by ``signatures``
 
     def handle(self, req: dict) -> dict:
         from hdp.errors import InputError, is_stale
@@ -225,6 +233,12 @@ class Worker:
             if op == "query":
                 _fault()
                 return self.query(req)
+            if op == "signatures":
+                _fault()
+                return self.signatures(req)
+            if op == "query_signatures":
+                _fault()
+                return self.query_signatures(req)
             raise InputError(f"worker: unknown request '{op}'")
         except InputError as e:
             return {"ok": False, "input": True, "error": str(e), "stale": is_stale(e)}
@@ -281,6 +295,7 @@ class Worker:
         self.original, self.spec, self.xml = original, spec, xml
         self._as_written = None
         self.reference = {}
+        self.sigs = None
         want = req.get("structure")
         if want is not None and fe.op_structure(self.ops).digest() != want:
             raise StaleInput(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
@@ -597,6 +612,62 @@ class Worker:
                         "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
         return {"ok": True, "supported": {d: supported_mask(self.ops, answers[d]).tolist() for d in devices}}
 
+
+    def _signatures(self):
+        from hdp.ir import openvino_frontend as fe
+        from hdp.runtime import query
+
+        if self.sigs is None:
+            # a stateful model's runnable specialisation keeps its states dynamic: signatures take
+            # the static shapes hdp costs, from the specialisation with static states
+            static = fe.specialise(self.original, self.spec, self.xml) if self.spec.state else self.model
+            self.sigs = query.signatures(static.get_ordered_ops())
+        return self.sigs
+
+    def signatures(self, req: dict) -> dict:
+        """Each op's signature (see :mod:`hdp.runtime.query`)."""
+        sigs, _ = self._signatures()
+        return {"ok": True, "sig_of": np.asarray(sigs.sig_of, np.int32).tobytes(), "digests": sigs.digests}
+
+    def query_signatures(self, req: dict) -> dict:
+        """Each device's ``query_model`` answer about the signatures it is asked (``ask``), on
+        small cut-out models, the devices in parallel threads."""
+        import threading
+
+        from hdp.runtime import query
+
+        t0 = time.perf_counter()
+        sigs, feeds = self._signatures()
+        ask = {str(d): [int(k) for k in ks] for d, ks in req["ask"].items()}
+        wanted = sorted(set().union(*ask.values())) if ask else []
+        plan = query.plan(self.model, sigs, feeds, wanted)
+        answers: dict[str, object] = {}
+
+        def run(device: str) -> None:
+            try:
+                core = self.core((device,))
+                answers[device] = query.answer(self.model, sigs, plan,
+                                               lambda m: set(core.query_model(m, device)))
+            except Exception as e:  # noqa: BLE001 - reported below, in the caller's thread
+                answers[device] = e
+
+        devices = list(ask)
+        threads = [threading.Thread(target=run, args=(d,), name=f"hdp-query-{d}") for d in devices[1:]]
+        for t in threads:
+            t.start()
+        if devices:
+            run(devices[0])
+        for t in threads:
+            t.join()
+        for d in devices:
+            if isinstance(answers[d], Exception):
+                e = answers[d]
+                return {"ok": False, "input": False, "device": d,
+                        "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
+        return {"ok": True, "answers": {d: [[k, v] for k, v in answers[d][0].items()] for d in devices},
+                "in_context": {d: plan.context for d in devices},
+                "queries": {d: answers[d][1]["queries"] for d in devices},
+                "seconds": time.perf_counter() - t0}
 
     def plain(self, req: dict) -> dict:
         device = req["device"]
