@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import hostile
 from fuzzkit import TALLY, IsolatedRunner, Sandbox, flip, judge, leaves, run_inprocess, set_at, to_toml
 
 EXAMPLES = int(os.environ.get("HDP_FUZZ_EXAMPLES", "6") or 6)
@@ -619,7 +620,7 @@ def test_fuzz_checkpoint(base, boxes, learner, c):
 
 cache_case = st.fixed_dictionaries({
     "kind": st.sampled_from(["flip", "truncate", "empty", "dir", "swap", "copy", "forge", "forge", "symlink",
-                             "dangling", "garbage_name", "shard_file"]),
+                             "dangling", "garbage_name", "shard_file", "fifo", "socket", "forge_other"]),
     "entry": st.integers(0, 1000),
     "other": st.integers(0, 1000),
     "flips": st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8),
@@ -632,8 +633,9 @@ def mutate_cache(cache: Path, box: Sandbox, c: dict) -> None:
     from hdp.cache import MAGIC, _checksum
 
     entries = sorted(cache.rglob("*.hdp"))
-    targets = entries if c["all"] and c["kind"] in ("flip", "truncate", "empty", "forge") else \
-        [entries[c["entry"] % len(entries)]]
+    targets = entries if c["all"] and c["kind"] in ("flip", "truncate", "empty", "forge", "fifo", "forge_other") \
+        else [entries[c["entry"] % len(entries)]]
+    other = None
     for e in targets:
         data = e.read_bytes()
         kind = c["kind"]
@@ -673,6 +675,18 @@ def mutate_cache(cache: Path, box: Sandbox, c: dict) -> None:
         elif kind == "shard_file":
             shutil.rmtree(e.parent)
             e.parent.write_bytes(b"a file where a shard directory was")
+        elif kind in ("fifo", "socket"):  # a FIFO used to block the read until killed
+            hostile.special_file(e, kind)
+        elif kind == "forge_other":  # another model's module claiming this entry's source: valid checksum
+            from hdp.ir import serde
+
+            if other is None:
+                from conftest import build_mlp, save_model
+                from hdp.ir.openvino_frontend import lower
+
+                other = lower(save_model(build_mlp(), box.root / "other.xml"))
+            mine = serde.decode(data[len(MAGIC) + 16:], str(e))
+            hostile.forge_entry(cache, e.name[: -len(".hdp")], other.replace(meta=mine.meta))
 
 
 @pytest.fixture(scope="session")
@@ -691,8 +705,9 @@ def warm_cache(base, tmp_path_factory):
 @FUZZ
 @given(c=cache_case)
 def test_fuzz_cache(boxes, runner, warm_cache, c):
-    """Damaged, swapped, forged (valid checksum, invalid module), linked and replaced cache entries:
-    the compile still succeeds and writes exactly what a compile without cache writes."""
+    """Damaged, swapped, forged (valid checksum, invalid module), linked and replaced cache entries,
+    FIFOs and sockets in their place, another model's modules under a valid checksum: the compile
+    still succeeds and writes exactly what a compile without cache writes."""
     d, compile_argv = warm_cache
     with timed("cache"):
         box = Sandbox(boxes, inputs=d / "in")
@@ -822,5 +837,163 @@ def test_fuzz_paths(base, boxes, c):
             box.freeze()
             outcome = run_inprocess(argv)
             judge("paths", box, outcome, expected, by_products=by_products, reads=reads)
+        finally:
+            box.remove()
+
+
+# --------------------------------------------------------------------------- hostile hosts (issue 23)
+
+
+def _must(outcome, ok_codes, needles=(), why=""):
+    """Turn an outcome outside ``ok_codes`` (or a refusal without one of ``needles``) into a bad
+    exit the judge counts."""
+    from fuzzkit import Outcome
+
+    line = (outcome.output.strip().splitlines() or [""])[-1]
+    wrong = outcome.exit_code not in ok_codes or (outcome.exit_code == 2 and needles
+                                                  and not any(n in line for n in needles))
+    if wrong and outcome.exit_code in (0, 2):
+        return Outcome(exit_code=1, output=f"{why}: expected exit {ok_codes} ({' or '.join(needles)}), got "
+                                           f"{outcome.exit_code}: {outcome.output[-400:]}")
+    return outcome
+
+
+limits_case = st.fixed_dictionaries({
+    "kind": st.sampled_from(["name", "path", "cache_path", "model_path", "nest", "dims", "dims", "broadcast"]),
+    "length": st.integers(-30, 30),  # around NAME_MAX / PATH_MAX
+    "depth": st.sampled_from([2, 500, 997, 998, 999, 1000, 1001, 1500, 10_000, 100_000]),
+    "where": st.sampled_from(["model", "layer"]),
+    "dim": st.sampled_from([1, 1 << 20, 1 << 30, (1 << 31) - 1, 1 << 31, 1 << 32, 1 << 40, 1 << 62]),
+    "dtype": st.sampled_from(["f32", "u8", "f16", "i64"]),
+    "side": st.sampled_from([1 << 10, 1 << 14, 1 << 15, 1 << 16, 1 << 17]),
+    "command": st.sampled_from(["compile", "lower"]),
+})
+
+
+@FUZZ
+@given(c=limits_case)
+def test_fuzz_limits(base, boxes, runner, c):
+    """Names around NAME_MAX and paths around PATH_MAX (output, cache directory, model), nesting
+    around and far past the 1,000-level limit, dimensions up to 2^62 and ops that make huge
+    tensors: exit 0 with a valid result, or one error line naming what is too long, too deep or
+    too big; never a traceback, a hang or a leftover."""
+    import numpy as _np
+
+    from fuzzkit import Outcome
+
+    with timed("limits"):
+        box = Sandbox(boxes)
+        try:
+            src = box.inputs / "model.xml"
+            shutil.copy(base / "branchy.xml", src)
+            shutil.copy(base / "branchy.bin", src.with_suffix(".bin"))
+            shutil.copy(base / "modeled.toml", box.inputs / "t.toml")
+            out = box.root / "out" / "p.xml"
+            kind, model, needles, ok = c["kind"], src, (), (0, 2)
+            cache = ["--no-cache"]
+            if kind == "name":
+                out = box.root / "out" / hostile.long_name(255 + c["length"])
+                ok, needles = ((0,), ()) if 255 + c["length"] <= 255 else ((2,), ("over the 255",))
+            elif kind == "path":
+                out = hostile.long_path(box.root / "out", 4096 + 100 * c["length"] // 30)
+                needles = ("PATH_MAX", "bytes")
+                if len(os.fsencode(str(out))) >= 4096:
+                    ok = (2,)
+            elif kind == "cache_path":
+                cache = ["--cache-dir", hostile.long_path(box.root / "c", 4096 - 300 + 10 * c["length"], leaf="cache")]
+                needles = ("--cache-dir",)
+            elif kind == "model_path":
+                deep = hostile.long_path(box.inputs, 4096 + 100 * c["length"] // 30, leaf="model.xml")
+                if len(os.fsencode(str(deep))) < 4096:
+                    deep.parent.mkdir(parents=True)
+                    shutil.copy(src, deep)
+                    shutil.copy(src.with_suffix(".bin"), deep.with_suffix(".bin"))
+                else:
+                    ok = (2,)
+                model, needles = deep, ("cannot be read", "PATH_MAX")
+            elif kind == "nest":
+                hostile.nest(src, c["depth"], c["where"])
+                needles = ("nested",)
+            elif kind == "dims":
+                dt = {"f32": _np.float32, "u8": _np.uint8, "f16": _np.float16, "i64": _np.int64}[c["dtype"]]
+                model = hostile.save(hostile.relu_model([1, c["dim"]], dt), box.inputs / "huge.xml")
+                needles = ("input 'x'", "dimension 1 is")
+            else:
+                model = hostile.save(hostile.broadcast_model(c["side"]), box.inputs / "wide.xml")
+                needles = ("op 'wide'",)
+            box.freeze()
+            if c["command"] == "lower":
+                out = out.with_suffix(".hdp")
+                argv = ["lower", model, "-o", out]
+                expected = [out]
+            else:  # --no-check: a dimension just under the limit must not make the CPU allocate it
+                argv = ["compile", model, "-o", out, "--target", box.inputs / "t.toml", "--method", "heft", "-q",
+                        "--no-check", *cache]
+                expected = [out, out.with_suffix(".bin")]
+            if kind == "cache_path" and c["command"] == "lower":
+                argv = ["compile", model, "-o", out.with_suffix(".xml"), "--target", box.inputs / "t.toml",
+                        "--method", "heft", "-q", "--no-check", *cache]
+                expected = [out.with_suffix(".xml"), out.with_suffix(".bin")]
+            o = runner.run(argv)
+            if "discarding corrupt cache entry" in o.output:
+                o = Outcome(exit_code=1, output=f"false corrupt-entry warnings: {o.output[-400:]}")
+            by = [cache[1]] if len(cache) > 1 else []
+            judge("limits", box, _must(o, ok, needles, kind), expected, by_products=by)
+        finally:
+            box.remove()
+
+
+disk_case = st.fixed_dictionaries({
+    "size": st.sampled_from(["64k", "128k", "256k", "1m"]),
+    "leave": st.integers(0, 1 << 20),
+    "inodes": st.sampled_from([None, None, 3, 4, 5, 6, 8, 16]),
+    "old": st.booleans(),
+    "extra": st.sampled_from([[], ["--timings"], ["--emit-ir"]]),
+})
+
+
+@pytest.fixture(scope="session")
+def can_mount(tmp_path_factory):
+    try:
+        with hostile.small_fs(tmp_path_factory.mktemp("mnt"), "64k"):
+            return True
+    except hostile.MountRefused as e:
+        return str(e)
+
+
+@FUZZ
+@given(c=disk_case)
+def test_fuzz_full_disk(base, boxes, can_mount, c):
+    """Outputs written to a small tmpfs left nearly full (or without inodes), with or without an
+    old output there: exit 0 with a valid placed model, or one error line about space or inodes
+    and the old output untouched; never a half-written file or a leftover temporary."""
+    if can_mount is not True:
+        pytest.skip(f"cannot mount a tmpfs here: {can_mount}")
+    with timed("disk"):
+        box = Sandbox(boxes)
+        fs = box.root / "fs"
+        try:
+            shutil.copy(base / "branchy.xml", box.inputs / "model.xml")
+            shutil.copy(base / "branchy.bin", box.inputs / "model.bin")
+            shutil.copy(base / "modeled.toml", box.inputs / "t.toml")
+            argv = ["compile", box.inputs / "model.xml", "--target", box.inputs / "t.toml", "--method", "heft", "-q",
+                    "--no-cache"]
+            with hostile.small_fs(fs, c["size"], c["inodes"]):
+                out = fs / "p.xml"
+                expected = [out, out.with_suffix(".bin")]
+                if c["old"]:
+                    assert run_inprocess([*argv, "-o", out]).exit_code in (0, 2)
+                for flag in c["extra"]:
+                    path = fs / ("t.json" if flag == "--timings" else "m.hdp")
+                    argv += [flag, path]
+                    expected.append(path)
+                try:
+                    hostile.fill(fs, c["leave"])
+                except OSError:
+                    pass
+                box.freeze()
+                o = run_inprocess([*argv, "-o", out])
+                o = _must(o, (0, 2), ("space", "inodes", "No space"), "full disk")
+                judge("disk", box, o, expected, valid_placed(out) if o.exit_code == 0 else None)
         finally:
             box.remove()
