@@ -97,7 +97,8 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
                          "--export-blob (its record)": _sidecar(export_blob)},
                 out_dirs={"--dump-ir": dump_ir, "--cache-dir": None if no_cache else cache_dir,
                           "--set report": opts.get("report")},
-                space={"-o": _model_bytes(model)})  # the placed pair is about the model's size
+                space={"-o": _model_bytes(model) * 3 // 2, "--timings": 1 << 16,  # rough: a placed pair is
+                       "--emit-ir": _model_bytes(model)})  # about the model and its affinities
     tgt = target_from(target, devices)
     if export_blob:
         _blob_target_check(tgt, export_blob)

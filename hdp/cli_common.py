@@ -286,8 +286,8 @@ def check_paths(inputs: dict[str, object] | None = None, outputs: dict[str, obje
         _check_writable(ld, pd, True, probed)
     for d in {os.path.realpath(p.parent) for _, p in outs} | {os.path.realpath(p) for _, p in dirs}:
         clean_stale(d)
-    for label, need in (space or {}).items():
-        _check_space(label, [p for lo, p in outs if lo.split(" (")[0] == label], need)
+    if space:
+        _check_space(space, outs)
 
 
 #: Bytes of names hdp may put under an output directory (a cache shard, a temporary of at most
@@ -326,10 +326,30 @@ def _check_lengths_and_kinds(ins, outs, dirs) -> None:
             raise InputError(f"{label} {_show(p)}: cannot be used: {why}")
 
 
-def _check_space(label: str, paths: list[Path], need: int) -> None:
+#: Room an output needs beyond its estimate: a file system with less free is full for hdp.
+SPACE_SLACK = 1 << 20
+
+
+def _check_space(space: dict[str, int], outs: list[tuple[str, Path]]) -> None:
+    """Refuse when the outputs named in ``space`` (label -> estimated bytes) do not fit, with
+    :data:`SPACE_SLACK` to spare, on their file systems (summed per file system), or when a
+    file system has fewer free inodes than they need (each file, and a temporary directory)."""
     from hdp.fsutil import space_problem
 
-    if paths:
-        why = space_problem(paths[0].parent, need, need_inodes=len(paths) + 1)
+    need: dict[int, list] = {}
+    for label, p in outs:
+        base = label.split(" (")[0]
+        if base not in space:
+            continue
+        d = _nearest_existing(p.parent)
+        try:
+            dev = os.stat(d).st_dev
+        except OSError:
+            continue
+        entry = need.setdefault(dev, [d, SPACE_SLACK, 1, label, p])
+        entry[1] += space[base] if p.suffix.lower() != ".bin" else 0  # an .xml's estimate counts its .bin
+        entry[2] += 1
+    for d, nbytes, inodes, label, p in need.values():
+        why = space_problem(d, nbytes, need_inodes=inodes)
         if why:
-            raise InputError(f"{label} {_show(paths[0])}: cannot be written: {why}")
+            raise InputError(f"{label} {_show(p)}: cannot be written: {why}")

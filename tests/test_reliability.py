@@ -648,9 +648,9 @@ def test_entries_of_an_older_format_are_dropped_quietly(tmp_path, recwarn):
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A 1 MiB tmpfs (skipped where mounting is not permitted, e.g. CI containers)."""
+    """A 2 MiB tmpfs (skipped where mounting is not permitted, e.g. CI containers)."""
     try:
-        with hostile.small_fs(tmp_path / "fs", "1m") as d:
+        with hostile.small_fs(tmp_path / "fs", "2m") as d:
             yield d
     except hostile.MountRefused as e:
         pytest.skip(f"cannot mount a tmpfs here: {e}")
