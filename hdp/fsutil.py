@@ -302,17 +302,17 @@ def write_error(path: str | os.PathLike, cause: BaseException) -> WriteError:
         if cause.errno == errno.ENAMETOOLONG:
             reason += f" (a name over {NAME_MAX} bytes or a path over {PATH_MAX})"
     else:  # a library's words: say what the file system reports beside them
-        first = next((ln.strip() for ln in str(cause).splitlines() if ln.strip()), type(cause).__name__)
-        first = re.sub(r"^Exception from \S+:\s*", "", first)
-        reason = first
+        lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]  # OpenVINO: source locations
+        said = re.sub(r"^Exception from \S+:\s*", "", lines[-1] if lines else type(cause).__name__)  # then the reason
+        reason = said
         try:
             st = os.statvfs(_nearest_dir(path.parent))
         except OSError:
             st = None
         if st is not None and st.f_files and st.f_favail == 0:
-            reason = f"no free inodes ({first})"
+            reason = f"no free inodes ({said})"
         elif st is not None and st.f_bavail * st.f_frsize < 1 << 20:  # under a MiB left: a full disk
-            reason = f"no space left on device ({_size(st.f_bavail * st.f_frsize)} free; {first})"
+            reason = f"no space left on device ({_size(st.f_bavail * st.f_frsize)} free; {said})"
     kept = "the old file is kept" if os.path.lexists(path) else "nothing was written"
     err = WriteError(f"{path}: cannot write it: {reason}; {kept}")
     err.reason = reason  # (not strerror: setting it would turn str(err) into "[Errno n] ...")
