@@ -64,7 +64,7 @@ def recompute_if_stale(cache: PassCache | None, run: Callable[[], T]) -> T:
     except HdpError as e:
         if cache is None or not is_stale(e) or len(cache.hits) == first:
             raise
-        cache.discard(cache.hits[first:], str(e))
+        cache.discard(cache.hits[first:], str(e))  # (the pass manager may have done so already)
     cache.reading = False
     try:
         return run()

@@ -901,3 +901,16 @@ def test_numba_cache_falls_back_to_a_private_temporary_directory(tmp_path):
     where = r.stdout.strip().splitlines()[-1]
     assert where == str(tmp_path / "tmp" / f"hdp-numba-{os.getuid()}")
     assert any(Path(where).rglob("*.nbi"))  # the kernel was cached there
+
+
+def test_a_poisoned_entry_fails_other_commands_once_at_most(branchy_xml, mlp_xml, tmp_path):
+    """Commands without compile's immediate recomputation (hdp profile) still discard the entry
+    that made them fail, so the next run recomputes instead of failing again."""
+    cache = tmp_path / "cache"
+    hostile.poison_lower_entry(cache, branchy_xml, mlp_xml)
+    args = ["profile", branchy_xml, "--target", "virtual", "--cache-dir", cache, "--runs", "2", "--seconds", "0"]
+    first = hdp_proc(*args, "-o", tmp_path / "a.json", timeout=300)
+    assert first.returncode in (0, 2) and "Traceback" not in first.stderr, first.stderr
+    assert first.returncode == 0 or "now discarded: run the command again" in first.stderr, first.stderr
+    second = hdp_proc(*args, "-o", tmp_path / "b.json", timeout=300)
+    assert second.returncode == 0 and "warning" not in second.stderr, second.stderr

@@ -30,6 +30,7 @@ class PassCache:
         self.store = Store(self.dir, ".hdp")
         self.hits: list[str] = []  # keys of the modules this process read, in order
         self.reading = True  # False: every get is a miss (a recomputation after a stale hit)
+        self._discarded: set[str] = set()
         open_root(self.dir)
 
     def _path(self, key: str) -> Path:
@@ -50,8 +51,10 @@ class PassCache:
         return module
 
     def discard(self, keys, why: str) -> None:
-        """Remove the entries of ``keys`` (with one warning saying ``why``)."""
-        keys = list(dict.fromkeys(keys))
+        """Remove the entries of ``keys`` (with one warning saying ``why``; keys discarded before
+        are skipped)."""
+        keys = [k for k in dict.fromkeys(keys) if k not in self._discarded]
+        self._discarded.update(keys)
         if keys:
             import warnings
 

@@ -80,7 +80,13 @@ class PassManager:
                 except HdpError as e:
                     if isinstance(e, PassError):
                         raise
-                    raise PassError(name, str(e), stale=is_stale(e)) from e
+                    msg = str(e)
+                    if is_stale(e) and self.cache is not None and self.cache.hits:
+                        # a module read from the cache may be another model's: without this, every
+                        # later run would read it again and fail the same way
+                        self.cache.discard(self.cache.hits, msg)
+                        msg += " (it came from the cache, which is now discarded: run the command again)"
+                    raise PassError(name, msg, stale=is_stale(e)) from e
                 if self.verify_each:
                     try:
                         verify(out)
