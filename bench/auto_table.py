@@ -80,7 +80,8 @@ def verdicts(auto_ir: str, opt_ir: str, max_seconds: float) -> dict:
     sys.path.insert(0, str(ROOT))
     from hdp.ir.serde import load as load_module
     from hdp.runtime import stats
-    from hdp.runtime.measure import Measurer, placed, plain
+    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measurement import placed, plain
     from hdp.runtime.target import load_target
 
     ma, mo = load_module(auto_ir), load_module(opt_ir)

@@ -192,7 +192,8 @@ def main(argv=None) -> int:
                 f"{time.perf_counter() - t0:.1f} s ({stages})")
         meas, plain_meas, h = {}, {}, None
         if measure:
-            from hdp.runtime.measure import Measurer, placed, plain
+            from hdp.runtime.measure import Measurer
+            from hdp.runtime.measurement import placed, plain
 
             uniq: dict[bytes, np.ndarray] = {}
             for _, _, gd, _ in rows:

@@ -3,7 +3,7 @@
 Layout under the cache root (``--cache-dir``, default ``$XDG_CACHE_HOME/hdp`` or ``~/.cache/hdp``)::
 
     <root>/<kk>/<key>.hdp             pass outputs (encoded Modules)       hdp.passes.cache
-    <root>/measure/<kk>/<key>.json    measured latencies                   hdp.runtime.measure
+    <root>/measure/<kk>/<key>.json    measured latencies                   hdp.runtime.measure_cache
     <root>/support/<kk>/<key>.json    query_model answers per device       hdp.passes.support
     <root>/calibrate/<kk>/<key>.json  fitted boundary models per host       hdp.runtime.calibrate
     <root>/zoo/<model>-<key>/         generated benchmark models           hdp.zoo

@@ -114,7 +114,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
     schedule = runtime_options(schedule, timeout, cache)
     schedule = with_calibration(schedule, tgt, cache)  # the host's boundary model, if `hdp calibrate` made one
     if check or any(d.kind == "real" for d in tgt.devices):
-        from hdp.runtime.measure import prestart_worker
+        from hdp.runtime.worker_client import prestart_worker
 
         prestart_worker(model, shapes)  # the worker imports OpenVINO and reads the model while this lowers it
     spent: dict[str, float] = {}  # wall seconds of the steps after the passes
@@ -197,7 +197,7 @@ def compile_cmd(model, output, target, devices, method, input_shape, seq_len, ph
             click.echo(line)
         compared = None
         if compare and tgt.is_real:
-            from hdp.runtime.measure import compare_with_plain, plain_from_heads
+            from hdp.runtime.report import compare_with_plain, plain_from_heads
 
             # measured fresh and interleaved, run by run (never cached): a figure from another
             # moment (another load on the machine) would make the comparison meaningless. A

@@ -143,7 +143,7 @@ def cache_scoped(fn):
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
-        from hdp.runtime.measure import cache_scope
+        from hdp.runtime.measure_cache import cache_scope
 
         with cache_scope(kw.get("cache_dir"), enabled=not kw.get("no_cache")):
             return fn(*a, **kw)
@@ -153,11 +153,11 @@ def cache_scoped(fn):
 
 def worker_scoped(fn):
     """Let the measurers of the command share one worker process where they measure the same model
-    on the same target (:func:`hdp.runtime.measure.worker_reuse`); stopped when the command ends."""
+    on the same target (:func:`hdp.runtime.worker_client.worker_reuse`); stopped when the command ends."""
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
-        from hdp.runtime.measure import worker_reuse
+        from hdp.runtime.worker_client import worker_reuse
 
         with worker_reuse():
             return fn(*a, **kw)

@@ -148,7 +148,8 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
                                  resolution=resolution, max_seconds=max_seconds, as_json=as_json)
     import msgspec
 
-    from hdp.runtime.measure import MeasureError, Measurer, evaluate_placed
+    from hdp.runtime.measure import Measurer, evaluate_placed
+    from hdp.runtime.measurement import MeasureError
     from hdp.runtime.stats import SequentialPlan
 
     (placed,) = placed
@@ -203,7 +204,8 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
 def _evaluate_blob(blob: str, *, runs, warmup, timeout, as_json) -> None:
     """``hdp evaluate placed.blob``: the exported placement imported and timed as an application
     runs it (never cached)."""
-    from hdp.runtime.measure import MeasureError, measure_blob
+    from hdp.runtime.measure import measure_blob
+    from hdp.runtime.measurement import MeasureError
 
     m = measure_blob(blob, runs=runs, warmup=warmup, timeout=timeout)
     if as_json:
@@ -223,8 +225,9 @@ def _evaluate_several(files: list[str], tgt, *, runs, warmup, timeout, plain, re
     import msgspec
 
     from hdp.errors import InputError
-    from hdp.runtime.measure import MeasureError, Measurer, placed_device_of, placed_file
-    from hdp.runtime.measure import plain as plain_candidate
+    from hdp.runtime.measure import Measurer, placed_device_of
+    from hdp.runtime.measurement import MeasureError, placed_file
+    from hdp.runtime.measurement import plain as plain_candidate
     from hdp.runtime.placed import read_placed
     from hdp.runtime.stats import SequentialPlan
     from hdp.runtime.verify import check_placed_file

@@ -19,7 +19,8 @@ from hdp.placement.problem import build_problem
 from hdp.placers import PlaceContext, place, stage_times
 from hdp.placers.options import Auto, Optimal, method_from
 from hdp.runtime import stats
-from hdp.runtime.measure import HeadToHead, Measurement, Measurer
+from hdp.runtime.measure import Measurer
+from hdp.runtime.measurement import HeadToHead, Measurement
 from hdp.runtime.simulate import Simulator
 from hdp.runtime.target import Device, Target
 from placement_helpers import random_module
@@ -309,7 +310,7 @@ def test_hsdag_keeps_a_learned_placement_that_truly_wins(monkeypatch):
 
 # --- the real thing -----------------------------------------------------------------------------
 
-def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xml, tmp_path):
+def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xml, tmp_path, monkeypatch):
     """On two real devices of one host, auto (no learning, only single devices measured) keeps the
     preferred single device unless the interleaved comparison shows it slower beyond noise, and
     compile reports what each stage contributed and where the time went. The final comparison with
@@ -318,15 +319,17 @@ def test_auto_on_virtual_measures_head_to_head_and_writes_a_placement(branchy_xm
     from click.testing import CliRunner
 
     from hdp.cli import main
+    from hdp.runtime.worker_client import WorkerPool, current_pool
 
+    pools, park = [], WorkerPool.park
+    monkeypatch.setattr(WorkerPool, "park", lambda self, w, *a: (pools.append((self, w)), park(self, w, *a))[1])
     out = tmp_path / "p.xml"
     r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual",
                                   "--method", "auto:no", "--set", "top=0", "--budget", "20",
                                   "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
-    from hdp.runtime import measure
-
-    assert not measure._SPARE  # the worker the passes shared stopped with the command
+    assert pools and current_pool() is None  # the passes shared a worker ...
+    assert all(pool.spare is None and not w.alive for pool, w in pools)  # ... stopped with the command
     lines = r.output.splitlines()
     at = lines.index("compared with the plain compiles in the placer's head-to-head above (measured in this run, "
                      "not repeated):")

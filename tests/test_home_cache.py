@@ -21,7 +21,7 @@ def test_every_default_cache_is_the_sessions(tmp_path):
     from hdp import zoo
     from hdp.cache import default_cache_dir
     from hdp.jit import cache_dir as numba_dir
-    from hdp.runtime.measure import measure_cache_dir
+    from hdp.runtime.measure_cache import measure_cache_dir
 
     for path in (default_cache_dir(), zoo._default_root(), measure_cache_dir()):
         assert _inside(path, SESSION_DIR), path

@@ -12,9 +12,11 @@ from hdp.errors import InputError
 from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime.measure import (FAULT_ENV, Candidate, MeasureCache, MeasureError, Measurement, Measurer,
-                                 cache_scope, compare_with_plain, measure_cache_dir, measure_plain, placed,
-                                 plain, plain_from_heads, plain_report)
+from hdp.runtime.measure import Measurer, measure_plain
+from hdp.runtime.measure_cache import MeasureCache, cache_scope, measure_cache_dir
+from hdp.runtime.measurement import Candidate, MeasureError, Measurement, placed, plain
+from hdp.runtime.report import compare_with_plain, plain_from_heads, plain_report
+from hdp.runtime.worker import FAULT_ENV
 from hdp.runtime.stats import SequentialPlan
 from hdp.runtime.target import Device, Target, load_target
 
@@ -365,16 +367,16 @@ def test_measurers_share_a_worker_inside_worker_reuse(tiny, virtual, monkeypatch
     """`hdp compile`'s support, profile and placer measure one model on one target: inside
     worker_reuse the worker (model loaded) passes from one Measurer to the next; a Measurer of
     another target or environment starts its own; the spare stops when the block ends."""
-    from hdp.runtime import measure
+    from hdp.runtime.worker_client import current_pool, prestart_worker, worker_reuse
 
-    with measure.worker_reuse():
-        measure.prestart_worker()
-        started = measure._SPARE["worker"].proc.pid
+    with worker_reuse() as pool:
+        prestart_worker()
+        started = pool.spare.proc.pid
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as a:
             both = a.support_of(["CPU", "CPU_B"])  # the two devices queried in parallel
             assert a._worker.proc.pid == started  # the prestarted worker, loaded now
             assert both == {"CPU": a.support("CPU"), "CPU_B": a.support("CPU_B")} and all(both["CPU"])
-        spare = measure._SPARE["worker"]
+        spare = pool.spare
         assert spare.proc.pid == started and spare.alive
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as c:
             assert c.loaded()["n_ops"] == tiny.graph.n_ops
@@ -384,15 +386,18 @@ def test_measurers_share_a_worker_inside_worker_reuse(tiny, virtual, monkeypatch
             b.loaded()
             assert b._worker.proc.pid != started and spare.alive  # another target: its own worker
             mine = b._worker.proc.pid
-        assert measure._SPARE["worker"].proc.pid == mine and not spare.alive  # the last one closed is kept
+        assert pool.spare.proc.pid == mine and not spare.alive  # the last one closed is kept
         monkeypatch.setenv("HDP_TEST_UNRELATED", "1")
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as d:
             d.loaded()
             assert d._worker.proc.pid != mine  # another environment (a fault injected, say)
-        kept = measure._SPARE["worker"]
-    assert not measure._SPARE and not kept.alive  # stopped with the block
-    measure.prestart_worker()
-    assert not measure._SPARE  # outside a block: nothing to hand over, nothing started
+        with worker_reuse() as inner:
+            assert inner is pool  # a nested block shares the outer pool
+        kept = pool.spare
+        assert kept.alive
+    assert pool.spare is None and not kept.alive  # stopped with the block
+    prestart_worker()
+    assert current_pool() is None  # outside a block: nothing to hand over, nothing started
     with pytest.raises(InputError, match="modeled"):
         Measurer(tiny, "i9-flex170", cache=False).support_of(["CPU", "GPU"])
 
@@ -402,16 +407,16 @@ def test_a_prestarted_worker_reads_the_model_ahead(tiny, virtual):
     load then takes the model read and specialised ahead. A request lowering would refuse is left for
     lowering to report (the load reads the model itself)."""
     from hdp.ir.openvino_frontend import ShapeRequest, checked_source
-    from hdp.runtime import measure
+    from hdp.runtime.worker_client import prestart_worker, worker_reuse
 
     xml, _ = checked_source(tiny)
-    with measure.worker_reuse():
-        measure.prestart_worker(xml, ShapeRequest())
+    with worker_reuse():
+        prestart_worker(xml, ShapeRequest())
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as m:
             assert m.loaded()["read_ahead"] is True
             assert all(m.support("CPU"))
-    with measure.worker_reuse():
-        measure.prestart_worker(xml, ShapeRequest(shapes={"nonexistent": (1, 2)}))
+    with worker_reuse():
+        prestart_worker(xml, ShapeRequest(shapes={"nonexistent": (1, 2)}))
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as m:
             got = m.loaded()
             assert got["read_ahead"] is False and got["n_ops"] == tiny.graph.n_ops
@@ -472,7 +477,7 @@ def test_replies_read_together_are_all_kept(monkeypatch):
     import subprocess
     import sys
 
-    from hdp.runtime.measure import WorkerProcess
+    from hdp.runtime.worker_client import WorkerProcess
 
     script = ("import sys; from hdp.runtime.worker import read_msg, _ENC; import struct\n"
               "a = read_msg(sys.stdin.buffer); b = read_msg(sys.stdin.buffer)\n"

@@ -69,7 +69,9 @@ def query_support(module: Module, target: Target, devices: list[str], timeout: f
 
     from hdp.errors import InputError
     from hdp.ir import serde
-    from hdp.runtime.measure import MeasureError, Measurer, _host_key
+    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measure_cache import host_key
+    from hdp.runtime.measurement import MeasureError
 
     n = module.graph.n_ops
     store = None
@@ -88,7 +90,7 @@ def query_support(module: Module, target: Target, devices: list[str], timeout: f
 
             _, digest = checked_source(module)
             key = serde.digest_bytes(serde.encode_any(
-                [QUERY_VERSION, digest, module.meta.get("specialisation", ""), *_device_key(d)] + _host_key()))
+                [QUERY_VERSION, digest, module.meta.get("specialisation", ""), *_device_key(d)] + host_key()))
             col = _stored(store, key, n)
             if col is not None:
                 out[name] = col
@@ -135,7 +137,7 @@ def _ask(measurer, module: Module, target: Target, devices: list[str], store) ->
     from hdp.errors import InputError
     from hdp.ir import serde
     from hdp.runtime import query
-    from hdp.runtime.measure import _host_key
+    from hdp.runtime.measure_cache import host_key
 
     n = module.graph.n_ops
     sig_of, digests = measurer.signatures()
@@ -145,7 +147,7 @@ def _ask(measurer, module: Module, target: Target, devices: list[str], store) ->
     known: dict[str, dict[int, bool]] = {d: {} for d in devices}
     sig_keys: dict[tuple[str, int], str] = {}
     for name in devices:
-        base = [query.SIG_VERSION, *_device_key(target.device(name))] + _host_key()
+        base = [query.SIG_VERSION, *_device_key(target.device(name))] + host_key()
         for k, digest in enumerate(digests):
             if store is None:
                 continue

@@ -507,7 +507,7 @@ def measure_design(measurer, problem, sim, placements: Sequence[Design], *, mode
     """Measure every placement but the first (the reference) head to head with the reference,
     ``batch`` placements per interleaved comparison; failures are reported through ``say`` and
     skipped."""
-    from hdp.runtime.measure import placed
+    from hdp.runtime.measurement import placed
 
     plan = plan or precision_plan()
     ref = placements[0]

@@ -350,7 +350,8 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
     replies: dict[str, dict] = {}
     clock = {}
     if real and n:
-        from hdp.runtime.measure import MeasureError, Measurer
+        from hdp.runtime.measure import Measurer
+        from hdp.runtime.measurement import MeasureError
 
         # one request profiles every device: it gets ``timeout`` per device
         with Measurer(module, target, runs=runs, warmup=max(warmup, 1), timeout=timeout * len(real),

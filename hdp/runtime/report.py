@@ -1,17 +1,37 @@
-"""Words shared by the reports of ``hdp compile``: how far the simulator is from a measurement.
+"""The words of ``hdp compile``'s reports about measurements.
 
-The simulator (:mod:`hdp.runtime.simulate`) prices a placement from the profile; a measurement of
-the same placement in the same run says how far that price is from what the devices did. The
-profile corrects itself to its own whole-model wall times (:func:`hdp.runtime.profile.profile_costs`),
-so on one device the remaining gap is mostly load that changed between the profile and the
-measurement; on a mixed placement it is also the boundary model (the target's guess until
-``hdp calibrate`` fits it on this host).
+- How far the simulator is from a measurement (:func:`sim_vs_measured`): the simulator
+  (:mod:`hdp.runtime.simulate`) prices a placement from the profile; a measurement of the same
+  placement in the same run says how far that price is from what the devices did. The profile
+  corrects itself to its own whole-model wall times (:func:`hdp.runtime.profile.profile_costs`),
+  so on one device the remaining gap is mostly load that changed between the profile and the
+  measurement; on a mixed placement it is also the boundary model (the target's guess until
+  ``hdp calibrate`` fits it on this host).
+- A placement against the plain compiles: :func:`compare_with_plain` measures the placement head
+  to head against the unplaced model compiled on each real device of the target
+  (:meth:`hdp.runtime.measure.Measurer.head_to_head`); :func:`plain_from_heads` takes that
+  comparison from a head-to-head a placer already ran when one measured the same graphs;
+  :func:`plain_report` turns either into a :class:`PlainComparison` (each comparison, the
+  same-graph note and what to do about it).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hdp.errors import InputError
+from hdp.ir.types import Module
+from hdp.runtime import stats
+from hdp.runtime.measure import Measurer
+from hdp.runtime.measurement import HeadToHead, graph_of, placed, plain
+from hdp.runtime.target import Target, load_target
+
+__all__ = ["SIM_ERROR_WARN", "PlainComparison", "compare_with_plain", "plain_from_heads", "plain_report",
+           "sim_vs_measured"]
 
 #: Simulated/measured ratios further than this from 1 are called out, with the way to fix them.
 SIM_ERROR_WARN = 0.15
@@ -41,3 +61,127 @@ def sim_vs_measured(pairs: Sequence[tuple[str, float, float]]) -> str:
     else:
         line += f"; within {SIM_ERROR_WARN * 100:.0f} %"
     return line
+
+
+@dataclass(frozen=True, eq=False)
+class PlainComparison:
+    """A placement against the plain compile on each real device, measured head to head:
+    ``comparisons[device]`` is the placement against ``plain <device>``; ``text`` says it in words."""
+
+    text: str
+    comparisons: dict[str, stats.Comparison]
+    head: HeadToHead | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def plain_report(head: HeadToHead, placement: int | str = 0, *, stand_ins: bool = False,
+                 restate: bool = True) -> PlainComparison:
+    """Words for a head-to-head of one placement against plain compiles (candidates named
+    ``plain <device>``): each comparison once (one line, its interval at the level the header
+    states), the same-graph note, and what to do about it.
+
+    ``stand_ins``: a candidate with every op on a device (through HETERO) stands for that device's
+    plain compile when the head has none (the same graph; the lines say it was measured so); the
+    placement itself may be one of them. ``restate=False``: the comparisons were already printed
+    (a placer's head-to-head in the same output): only the verdict, which refers to them."""
+    p = head.index(placement)
+    pm = head.measurements[p]
+    lines = [head.header()] if restate else []
+    if not pm.ok:
+        return PlainComparison(f"the placement could not be measured: {pm.error}", {}, head)
+    index: dict[str, int] = {}  # device -> the candidate measured as its plain compile
+    for i, (kind, dev) in enumerate(head.graphs):
+        if kind != "one" or not head.measurements[i].ok:
+            continue
+        if head.names[i].startswith("plain ") and i != p:
+            index[dev] = i
+        elif stand_ins and dev not in index:
+            index[dev] = i
+    kind, one = head.graphs[p]
+    fam = head.family
+
+    def label(dev: str) -> str:
+        i = index[dev]
+        return f"plain {dev}" if head.names[i].startswith("plain ") else f"plain {dev} (as {head.names[i]})"
+
+    comps: dict[str, stats.Comparison] = {}
+    for dev, i in index.items():
+        if i != p:
+            comps[dev] = head.compare(i, p, family=fam)
+            if restate:
+                lines.append(f"placement vs {label(dev)}: {comps[dev].describe(level=False)}")
+    for i, (k, dev) in enumerate(head.graphs):  # a plain compile that failed, with nothing in its place
+        if k == "one" and dev not in index and head.names[i].startswith("plain "):
+            lines.append(f"plain {dev}: {head.measurements[i].error}")
+    itself = kind == "one" and index.get(one) == p  # the placement is the stand-in for its device
+    if not comps and not itself:
+        lines.append("no plain compile could be measured")
+        return PlainComparison("\n".join(lines), comps, head)
+    where = "" if restate else " (compared above)"
+    if kind == "one":
+        lines.append(f"all ops on {one}: same graph as the plain {one} compile")
+    if kind != "one" and all(c.verdict == "faster" for c in comps.values()):  # one device never beats its own
+        lines.append(f"verdict: the placement beats every plain compile beyond noise{where}")
+    elif kind == "one":
+        own = comps.get(one)
+        what = ("HETERO's own cost is the difference" + where if own is not None and own.verdict == "slower"
+                else "no difference beyond noise" + where if own is not None
+                else "measured only as such" if itself else f"plain {one} not measured")
+        lines.append(f"verdict: the placement is the plain {one} compile through HETERO ({what})")
+        others = [d for d in comps if d != one]
+        if (own is not None or itself) and others:
+            ref = p if itself else index[one]
+            vs = {d: head.compare(ref, index[d], family=fam) for d in others}
+            faster = [d for d in others if vs[d].verdict == "faster"]
+            if faster:
+                d = min(faster, key=lambda x: vs[x].ratio)
+                said = "" if itself and not restate else f" ({vs[d].describe(level=False)})"
+                lines.append(f"plain {d} is faster than plain {one}{said}: consider --method single:{d}")
+    else:
+        best = max((d for d, c in comps.items() if c.verdict != "faster"), key=lambda d: comps[d].ratio)
+        lines.append(f"verdict: the placement does not beat plain {best} beyond noise{where}: "
+                     f"consider --method single:{best}")
+    return PlainComparison("\n".join(lines), comps, head)
+
+
+def plain_from_heads(heads: Sequence[HeadToHead], module: Module, target: Target) -> PlainComparison | None:
+    """``module.placement`` against every real device's plain compile, taken from a head-to-head a
+    placer measured in this run (:func:`hdp.placers.note_head`) when one ran this very placement
+    beside every op on each real device of ``target`` (the same graphs as the plain compiles);
+    None when none did (then :func:`compare_with_plain` measures)."""
+    pl = module.placement
+    if pl is None:
+        return None
+    want = graph_of(pl.device_of.numpy(), pl.devices)
+    real = [d.name for d in target.devices if d.kind == "real"]
+    for head in reversed(heads):
+        ok = [i for i in head.ok if head.graphs[i] == want]
+        singles = {head.graphs[i][1] for i in head.ok if head.graphs[i][0] == "one"}
+        if ok and real and all(d in singles for d in real):
+            return plain_report(head, ok[0], stand_ins=True, restate=False)
+    return None
+
+
+def compare_with_plain(module: Module, target: Target | str, *, plan: stats.SequentialPlan | None = None,
+                       warmup: int = 3, timeout: float = 120.0) -> PlainComparison:
+    """``module.placement`` against the unplaced model compiled on each real device of the target,
+    measured head to head (interleaved, fresh, never cached; ``plan`` defaults to
+    ``SequentialPlan()``: resolve 3 %, at most 30 s of running). For ``hdp compile`` to print
+    after placing. A placement with every op on one device runs the same graph as that device's
+    plain compile and is never called faster than it."""
+    tgt = load_target(target) if isinstance(target, str) else target
+    pl = module.placement
+    if pl is None:
+        raise InputError("the module has no placement to compare")
+    real = [d.name for d in tgt.devices if d.kind == "real"]
+    used = {pl.devices[int(k)] for k in np.unique(pl.device_of.numpy())}
+    modeled = sorted(d for d in used if tgt.device(d).kind != "real")
+    if modeled or not real:
+        return PlainComparison(f"not measured: target '{tgt.name}' has modeled devices "
+                               f"({', '.join(modeled or [d.name for d in tgt.devices])}); compare with the simulator",
+                               {})
+    with Measurer(module, tgt, warmup=warmup, timeout=timeout, cache=False) as m:
+        head = m.head_to_head([placed(pl.device_of.numpy(), pl.devices)] + [plain(d) for d in real], plan)
+    return plain_report(head, 0)

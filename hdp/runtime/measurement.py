@@ -1,0 +1,270 @@
+"""What measuring a placement gives: run times, and the candidates of an interleaved comparison.
+
+- :class:`Measurement`: the wall times of ``runs`` inferences of one compiled placement or plain
+  compile (or its ``error``), with the median and spread;
+- :class:`Candidate` (built with :func:`plain`, :func:`placed`, :func:`placed_file`) and
+  :func:`graph_of`: one thing to run in a head-to-head, and the identity of the graph it runs;
+- :class:`HeadToHead` and :class:`BestOf`: candidates measured interleaved in one worker
+  (:meth:`hdp.runtime.measure.Measurer.head_to_head` and ``best_of``), compared and chosen by
+  :mod:`hdp.runtime.stats`.
+
+These are values: nothing here starts a worker or compiles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from hdp.errors import HdpError, InputError
+from hdp.runtime import stats
+from hdp.runtime.target import Target
+
+__all__ = ["MeasureError", "Measurement", "Candidate", "HeadToHead", "BestOf", "graph_of", "placed",
+           "placed_file", "plain"]
+
+
+class MeasureError(HdpError):
+    """A placement could not be measured: its compile or run failed, crashed or timed out."""
+
+
+class Measurement(msgspec.Struct, frozen=True, kw_only=True):
+    """Wall times of ``runs`` inferences of one compiled placement (or of an ``error``)."""
+
+    what: str  # "HETERO:CPU,CPU_B" for a placement, "plain:CPU" for the unplaced model
+    target: str
+    runs: int
+    warmup: int
+    times: tuple[float, ...] = ()
+    error: str = ""
+    compile_seconds: float = 0.0
+    cached: bool = False
+    submodels: int = 0  # HETERO_NUMBER_OF_SUBMODELS of a placement (0: plain compile, or not known)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and len(self.times) > 0
+
+    def _q(self, q: float) -> float:
+        return float(np.quantile(self.times, q)) if self.ok else float("nan")
+
+    @property
+    def median(self) -> float:
+        return self._q(0.5)
+
+    @property
+    def min(self) -> float:
+        return min(self.times) if self.ok else float("nan")
+
+    @property
+    def max(self) -> float:
+        return max(self.times) if self.ok else float("nan")
+
+    @property
+    def q1(self) -> float:
+        return self._q(0.25)
+
+    @property
+    def q3(self) -> float:
+        return self._q(0.75)
+
+    @property
+    def stdev(self) -> float:
+        return statistics.stdev(self.times) if self.ok and len(self.times) > 1 else 0.0
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON (seconds; statistics included)."""
+        d = msgspec.to_builtins(self)
+        d.update(ok=self.ok)
+        if self.ok:
+            d.update(median=self.median, min=self.min, max=self.max, q1=self.q1, q3=self.q3,
+                     iqr=self.q3 - self.q1, stdev=self.stdev)
+        return d
+
+    def summary(self) -> str:
+        """One line: ``median 1.234 ms (min .., IQR .. - .., max ..; stdev ..) over 10 runs``."""
+        if not self.ok:
+            return f"error: {self.error}"
+        ms = 1e3
+        return (f"median {self.median * ms:.3f} ms (min {self.min * ms:.3f}, IQR {self.q1 * ms:.3f}-"
+                f"{self.q3 * ms:.3f}, max {self.max * ms:.3f}; stdev {self.stdev * ms:.3f}) over "
+                f"{len(self.times)} runs" + (" [cached]" if self.cached else ""))
+
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """One thing to run in a head-to-head comparison: the unplaced model compiled on ``plain``
+    (no HETERO), the placement ``device_of`` (an index into ``devices`` per op, or a device name
+    per op, as for :meth:`Measurer.measure`) compiled with HETERO, or a placed model file ``xml``
+    (another placement of the measured model, compiled as the file has it). Build with
+    :func:`plain`, :func:`placed` or :func:`placed_file`."""
+
+    name: str
+    plain: str | None = None
+    device_of: Any = None
+    devices: tuple[str, ...] | None = None
+    xml: str | None = None
+    used: tuple[str, ...] = ()  # of ``xml``: the devices its ops are on
+    graph: tuple[str, str] | None = None  # of ``xml``: see graph_of and placed_file
+
+
+def graph_of(device_of, devices: Sequence[str]) -> tuple[str, str]:
+    """The identity of the graph a placement runs (:attr:`HeadToHead.graphs`): ``("one", device)``
+    when every op is on one device, else ``("mixed", digest of every op's device)``."""
+    dev = np.asarray(device_of)
+    used = [d for k, d in enumerate(devices) if (dev == k).any()]
+    if len(used) == 1:
+        return ("one", used[0])
+    per_op = "\n".join(devices[int(k)] for k in dev)
+    return ("mixed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest())
+
+
+def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target | None = None) -> Candidate:
+    """A placed model file (from ``hdp compile``) as a head-to-head candidate, compiled with
+    HETERO as the file has it. Its graph identity is ``("one", device)`` when every op is on one
+    device, else ``("file", digest)`` of its op structure and every op's device: two files with
+    equal identities run the same graph on the same devices. With ``target``, every device the
+    file uses must be one of its (InputError otherwise)."""
+    from hdp.ir.openvino_frontend import op_structure
+    from hdp.runtime.placed import read_placed
+
+    pm = read_placed(xml)
+    if target is not None:
+        for d in pm.used:
+            if d not in target.device_names:
+                raise InputError(f"{xml}: ops are placed on '{d}', which target '{target.name}' does not have "
+                                 f"(it has {', '.join(target.device_names)})")
+    ops = pm.model.get_ordered_ops()
+    if len(pm.used) == 1:
+        graph = ("one", pm.used[0])
+    else:
+        h = hashlib.blake2b(op_structure(ops).digest().encode(), digest_size=16)
+        h.update("\n".join(op.get_rt_info()["affinity"].astype(str) for op in ops).encode())
+        graph = ("file", h.hexdigest())
+    return Candidate(name=name or str(xml), xml=str(Path(xml).resolve()), used=tuple(pm.used), graph=graph)
+
+
+def plain(device: str, name: str | None = None) -> Candidate:
+    """The unplaced model compiled directly on ``device`` (named ``plain <device>``)."""
+    return Candidate(name=name or f"plain {device}", plain=device)
+
+
+def placed(device_of, devices: Sequence[str] | None = None, name: str = "placement") -> Candidate:
+    """A placement, compiled with HETERO."""
+    return Candidate(name=name, device_of=device_of, devices=None if devices is None else tuple(devices))
+
+
+@dataclass(frozen=True, eq=False)
+class HeadToHead:
+    """Candidates measured interleaved in the same worker (see :meth:`Measurer.head_to_head`).
+
+    ``measurements[i].times[r]`` is candidate ``i``'s time in round ``r`` (the same rounds for
+    every candidate that ran; a failed one has ``error`` set). ``graphs[i]`` identifies the graph
+    a candidate runs: ``("one", device)`` for a plain compile and for a placement with every op on
+    that device (the same graph), ``("mixed", digest)`` otherwise.
+    """
+
+    names: tuple[str, ...]
+    measurements: tuple[Measurement, ...]
+    graphs: tuple[tuple[str, str], ...]
+    rounds: int
+    seconds: float
+    reason: str
+    plan: stats.SequentialPlan
+
+    def index(self, c: int | str) -> int:
+        if isinstance(c, str):
+            if c not in self.names:
+                raise KeyError(f"no candidate '{c}' (have: {', '.join(self.names)})")
+            return self.names.index(c)
+        return int(c)
+
+    @property
+    def ok(self) -> list[int]:
+        """Indices of the candidates that compiled and ran."""
+        return [i for i, m in enumerate(self.measurements) if m.ok]
+
+    def same_graph(self, i: int | str, j: int | str) -> bool:
+        return self.graphs[self.index(i)] == self.graphs[self.index(j)]
+
+    def _need(self, *idx: int) -> None:
+        bad = [self.measurements[i] for i in idx if not self.measurements[i].ok]
+        if bad:
+            raise MeasureError(bad[0].error or f"{bad[0].what}: no times")
+
+    def compare(self, a: int | str, b: int | str, *, level: float | None = None, family: int = 1) -> stats.Comparison:
+        """B against A (see :func:`hdp.runtime.stats.compare`), at the plan's level and margin
+        (``family``: one of that many comparisons holding together at that level); raises
+        MeasureError if either failed. B is never called faster than A when both run the same
+        graph."""
+        i, j = self.index(a), self.index(b)
+        self._need(i, j)
+        return stats.compare(self.measurements[i].times, self.measurements[j].times,
+                             level=level or self.plan.level, margin=self.plan.margin,
+                             names=(self.names[i], self.names[j]), same_graph=self.same_graph(i, j), family=family)
+
+    @property
+    def family(self) -> int:
+        """How many comparisons a report of this head-to-head makes at once: one per candidate
+        that ran, but one (each against the kept or the placement)."""
+        return max(len(self.ok) - 1, 1)
+
+    def select(self, preference: Sequence[int | str] = ()) -> stats.Selection:
+        """The best candidate (see :func:`hdp.runtime.stats.select_best`) among those that ran;
+        indices in the result are into :attr:`names`. Raises MeasureError if none ran."""
+        ok = self.ok
+        if not ok:
+            self._need(*range(len(self.names)))
+        pos = {i: p for p, i in enumerate(ok)}
+        times = np.array([self.measurements[i].times for i in ok]).T
+        pref = [pos[self.index(c)] for c in preference if self.index(c) in pos]
+        sel = stats.select_best(times, [self.names[i] for i in ok], pref, level=self.plan.level,
+                                margin=self.plan.margin, same_graph=lambda p, q: self.same_graph(ok[p], ok[q]))
+        return msgspec.structs.replace(sel, winner=ok[sel.winner], fastest=ok[sel.fastest],
+                                       tied=tuple(ok[t] for t in sel.tied))
+
+    def header(self, clock: bool = True) -> str:
+        """``measured interleaved, 64 rounds in 3.2 s (resolved to 3 %); medians: a 1.234 ms, b ...;
+        CI: 95 % for the 2 comparisons together`` (``clock=False``: without the wall time, for text
+        that must not vary run to run)."""
+        meds = ", ".join(f"{n} {m.median * 1e3:.3f} ms" if m.ok else f"{n} failed"
+                         for n, m in zip(self.names, self.measurements))
+        took = f" in {self.seconds:.1f} s" if clock else ""
+        return f"measured interleaved, {self.rounds} rounds{took} ({self.reason}); medians: {meds}; {self.ci_note()}"
+
+    def ci_note(self) -> str:
+        """The level every interval of this head-to-head's report is at, said once."""
+        lvl = stats.pct(self.plan.level)
+        if self.family <= 1:
+            return f"CI: {lvl} confidence interval"
+        return (f"CI: {lvl} for the {self.family} comparisons together "
+                f"({stats.pct(stats.family_level(self.plan.level, self.family + 1))} each)")
+
+
+@dataclass(frozen=True, eq=False)
+class BestOf:
+    """The outcome of :meth:`Measurer.best_of`: ``winner`` indexes the candidates given."""
+
+    winner: int
+    finalists: tuple[int, ...]
+    estimates: tuple[float, ...] | None
+    head: HeadToHead
+    selection: stats.Selection
+
+    def text(self) -> str:
+        lines = [self.head.header()]
+        lines += [f"  {c.b} vs {c.a}: {c.describe(level=False)}" for c in self.selection.comparisons]
+        lines.append(f"kept {self.selection.reason}")
+        return "\n".join(lines)
