@@ -204,7 +204,7 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
 def _evaluate_blob(blob: str, *, runs, warmup, timeout, as_json) -> None:
     """``hdp evaluate placed.blob``: the exported placement imported and timed as an application
     runs it (never cached)."""
-    from hdp.runtime.measure import measure_blob
+    from hdp.runtime.blob import measure_blob
     from hdp.runtime.measurement import MeasureError
 
     m = measure_blob(blob, runs=runs, warmup=warmup, timeout=timeout)

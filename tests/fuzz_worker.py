@@ -14,16 +14,19 @@ import traceback
 
 
 def main() -> None:
-    from hdp.runtime.worker import read_msg, write_msg
+    import msgspec
+
     from fuzzkit import run_inprocess
+    from hdp.runtime.protocol import read_frame, write_msg
 
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     while True:
-        req = read_msg(sys.stdin.buffer)
-        if req is None:
+        data = read_frame(sys.stdin.buffer)
+        if data is None:
             return
+        req = msgspec.msgpack.decode(data)
         if req["op"] == "cli":
             o = run_inprocess(req["argv"])
             write_msg(out, {"exit_code": o.exit_code, "output": o.output, "traceback": o.traceback})

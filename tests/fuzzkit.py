@@ -122,7 +122,9 @@ class IsolatedRunner:
                                      cwd=str(ROOT / "tests"))
 
     def request(self, req: dict) -> Outcome:
-        from hdp.runtime.worker import decode_msg, write_msg
+        import msgspec
+
+        from hdp.runtime.protocol import frame_length, write_msg
 
         if self.proc is None or self.proc.poll() is not None:
             self.close()
@@ -145,8 +147,8 @@ class IsolatedRunner:
                 return self._dead()
             buf += chunk
             if need == 4 and len(buf) >= 4:
-                need = 4 + int.from_bytes(buf[:4], "little")
-        reply = decode_msg(bytes(buf[4:need]))
+                need = 4 + frame_length(buf)
+        reply = msgspec.msgpack.decode(bytes(buf[4:need]))
         return Outcome(exit_code=reply["exit_code"], output=reply["output"], traceback=reply["traceback"])
 
     def run(self, argv: list[str]) -> Outcome:

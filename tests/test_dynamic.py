@@ -346,7 +346,7 @@ def test_worker_measures_and_profiles_stateful_specialisations(models):
         m = lower(models["lm"], parse_request([], seq_len=8, phase=phase))
         with Measurer(m, t, runs=2, warmup=1, cache=False) as me:
             assert me.latency(np.zeros(m.graph.n_ops, np.int16)) > 0
-            assert me.loaded()["spec"] == m.meta["specialisation"]
+            assert me.loaded().spec == m.meta["specialisation"]
         costs, info = profile_costs(m, t, runs=2)
         sdpa = [i for i, op in enumerate(m.graph.ops) if op.type == "ScaledDotProductAttention"]
         assert all(costs.op_time.numpy()[sdpa, 0] > 0), phase

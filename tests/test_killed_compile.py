@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hdp.fsutil import KILL_ENV, is_temp
-from hdp.runtime.worker import FAULT_ENV, PARENT_ENV
+from hdp.runtime.protocol import FAULT_ENV, PARENT_ENV
 from placement_helpers import MODELED_TOML as MODELED
 
 pytestmark = pytest.mark.slow

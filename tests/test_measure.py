@@ -12,11 +12,12 @@ from hdp.errors import InputError
 from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
+from hdp.runtime import protocol as P
 from hdp.runtime.measure import Measurer, measure_plain
 from hdp.runtime.measure_cache import MeasureCache, cache_scope, measure_cache_dir
 from hdp.runtime.measurement import Candidate, MeasureError, Measurement, placed, plain
+from hdp.runtime.protocol import FAULT_ENV
 from hdp.runtime.report import compare_with_plain, plain_from_heads, plain_report
-from hdp.runtime.worker import FAULT_ENV
 from hdp.runtime.stats import SequentialPlan
 from hdp.runtime.target import Device, Target, load_target
 
@@ -234,7 +235,8 @@ def test_head_to_head_interleaves_in_one_worker(tiny, virtual):
         h = m.head_to_head([plain("CPU"), plain("CPU_B"), placed(_split(tiny), name="split"),
                             placed(["CPU"] * n, name="all on CPU")], QUICK)
         assert m._worker.proc.pid == pid and not m._worker.alive is False
-        assert m._worker.call({"op": "rounds", "handles": [0], "orders": [[0]]}, 10)["ok"] is False  # released
+        gone = m._worker.call(P.Rounds(handles=[0], orders=[[0]]), 10)
+        assert isinstance(gone, P.Failed) and "no prepared candidate 0" in gone.error  # released
     assert h.names == ("plain CPU", "plain CPU_B", "split", "all on CPU") and h.ok == [0, 1, 2, 3]
     assert 6 <= h.rounds <= 40 and h.reason and h.seconds > 0
     assert [x.what for x in h.measurements] == ["plain:CPU", "plain:CPU_B", "HETERO:CPU,CPU_B", "HETERO:CPU"]
@@ -379,7 +381,7 @@ def test_measurers_share_a_worker_inside_worker_reuse(tiny, virtual, monkeypatch
         spare = pool.spare
         assert spare.proc.pid == started and spare.alive
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as c:
-            assert c.loaded()["n_ops"] == tiny.graph.n_ops
+            assert c.loaded().n_ops == tiny.graph.n_ops
             assert c._worker.proc.pid == started  # handed over, model loaded: no new process
         other = Target(name="cpu-only", devices=[virtual.devices[0]], link=virtual.link)
         with Measurer(tiny, other, runs=1, warmup=0, cache=False) as b:
@@ -413,13 +415,13 @@ def test_a_prestarted_worker_reads_the_model_ahead(tiny, virtual):
     with worker_reuse():
         prestart_worker(xml, ShapeRequest())
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as m:
-            assert m.loaded()["read_ahead"] is True
+            assert m.loaded().read_ahead is True
             assert all(m.support("CPU"))
     with worker_reuse():
         prestart_worker(xml, ShapeRequest(shapes={"nonexistent": (1, 2)}))
         with Measurer(tiny, virtual, runs=1, warmup=0, cache=False) as m:
             got = m.loaded()
-            assert got["read_ahead"] is False and got["n_ops"] == tiny.graph.n_ops
+            assert got.read_ahead is False and got.n_ops == tiny.graph.n_ops
 
 
 # --------------------------------------------------------------------------- cache location
@@ -479,11 +481,11 @@ def test_replies_read_together_are_all_kept(monkeypatch):
 
     from hdp.runtime.worker_client import WorkerProcess
 
-    script = ("import sys; from hdp.runtime.worker import read_msg, _ENC; import struct\n"
-              "a = read_msg(sys.stdin.buffer); b = read_msg(sys.stdin.buffer)\n"
-              "out = b''.join(struct.pack('<I', len(d)) + d for d in (_ENC.encode({'op': a['op']}), "
-              "_ENC.encode({'op': b['op']})))\n"
-              "sys.stdout.buffer.write(out); sys.stdout.flush(); read_msg(sys.stdin.buffer)\n")
+    script = ("import sys; from hdp.runtime import protocol as P\n"
+              "a = P.decode_request(P.read_frame(sys.stdin.buffer)); b = P.decode_request(P.read_frame(sys.stdin.buffer))\n"
+              "loaded = P.Loaded(n_ops=1, names=[b.xml], affinity=[''], spec='')\n"
+              "sys.stdout.buffer.write(P.frame(P.encode(P.Done())) + P.frame(P.encode(loaded)))\n"
+              "sys.stdout.flush(); P.read_frame(sys.stdin.buffer)\n")
 
     def start(self):
         self.proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
@@ -491,6 +493,7 @@ def test_replies_read_together_are_all_kept(monkeypatch):
 
     monkeypatch.setattr(WorkerProcess, "start", start)
     w = WorkerProcess()
-    w.send({"op": "preload"})
-    assert w.call({"op": "load"}, timeout=30) == {"op": "load"}
+    w.send(P.Preload(xml="m.xml"))
+    assert w.call(P.Load(xml="m.xml", target=Target(name="t", devices=[])), timeout=30) == \
+        P.Loaded(n_ops=1, names=["m.xml"], affinity=[""], spec="")
     w.close()

@@ -250,7 +250,7 @@ def test_profile_costs_budget_stages_and_bad_options(conv):
 
 
 def test_profile_failure_names_the_device(conv, monkeypatch):
-    from hdp.runtime.worker import FAULT_ENV
+    from hdp.runtime.protocol import FAULT_ENV
 
     monkeypatch.setenv(FAULT_ENV, "raise")
     with pytest.raises(InputError, match="profiling on CPU, CPU_B: .*injected fault"):
@@ -295,13 +295,15 @@ def test_two_processes_profiling_one_model_share_a_cache_safely(conv, tmp_path):
 
 
 def test_worker_exits_cleanly_at_end_of_input(conv):
+    from hdp.runtime import protocol as P
+    from hdp.runtime.target import Target
     from hdp.runtime.worker_client import WorkerProcess
 
     w = WorkerProcess()
     w.start()
-    reply = w.call({"op": "load", "xml": conv.meta["source"], "spec": conv.meta["specialisation"],
-                    "structure": None, "target": {"name": "virtual", "devices": []}}, 60)
-    assert reply["ok"]
+    reply = w.call(P.Load(xml=conv.meta["source"], spec=conv.meta["specialisation"],
+                          target=Target(name="virtual", devices=[])), 60)
+    assert isinstance(reply, P.Loaded)
     proc = w.proc
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0

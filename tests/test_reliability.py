@@ -599,7 +599,7 @@ def _workers_of(pid: int) -> list[int]:
 def test_timeout_option_and_worker_dies_with_a_killed_hdp(branchy_xml, tmp_path):
     """A worker hung in a device call: --timeout bounds the wait; SIGKILL of hdp takes the worker
     with it (it used to be re-parented to PID 1 and live on)."""
-    from hdp.runtime.worker import FAULT_ENV
+    from hdp.runtime.protocol import FAULT_ENV
 
     e = dict(os.environ, PYTHONPATH=str(ROOT), **{FAULT_ENV: "hang"})
     t0 = time.monotonic()

@@ -161,8 +161,8 @@ def _ask(measurer, module: Module, target: Target, devices: list[str], store) ->
     if any(ask.values()) or (sig_of == -2).any():
         reply = measurer.query_signatures(ask)
         for d in devices:
-            context = set(reply["in_context"][d])
-            for k, v in reply["answers"][d]:
+            context = set(reply.in_context[d])
+            for k, v in reply.answers[d]:
                 known[d][int(k)] = bool(v)
                 if store is not None and 0 <= k < len(digests) and k not in context and (d, k) in sig_keys:
                     store.put(sig_keys[d, k], b"true" if v else b"false")

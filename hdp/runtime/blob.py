@@ -203,6 +203,34 @@ def read_record(blob: str | os.PathLike) -> BlobRecord:
     return rec
 
 
+def measure_blob(blob: str | os.PathLike, *, runs: int = 10, warmup: int = 3, timeout: float = 120.0):
+    """Time an exported placement (:func:`export_blob`) as an application runs it: imported in a
+    worker (:class:`~hdp.runtime.protocol.Blob`) with its devices registered from its record,
+    ``runs`` inferences on seeded inputs at the recorded shapes: a
+    :class:`~hdp.runtime.measurement.Measurement`, never cached. Raises InputError for a blob whose
+    record is missing or does not match it, or whose devices this host lacks."""
+    from hdp.runtime import protocol as P
+    from hdp.runtime.measurement import Measurement
+    from hdp.runtime.worker_client import LOAD_TIMEOUT, WorkerFailure, WorkerProcess
+
+    rec = read_record(blob)
+    base = dict(what=f"{rec.device} (imported {Path(blob).name})", target=rec.target, runs=runs, warmup=warmup)
+    w = WorkerProcess()
+    try:
+        reply = w.call(P.Blob(blob=str(Path(blob).resolve()), device=rec.device, target=rec.target_of(),
+                              spec=rec.specialisation, runs=int(runs), warmup=int(warmup)), max(timeout, LOAD_TIMEOUT))
+    except WorkerFailure as e:
+        return Measurement(**base, error=f"{blob}: {e}")
+    finally:
+        w.close()
+    if isinstance(reply, P.Failed):
+        if reply.input:
+            raise InputError(f"{blob}: {reply.error}")
+        return Measurement(**base, error=f"{blob}: {reply.error}")
+    return Measurement(**base, times=tuple(reply.times), compile_seconds=reply.compile_seconds,
+                       submodels=reply.submodels)
+
+
 def host_status(rec: BlobRecord, available: list[str]) -> dict[str, str]:
     """``present`` or ``absent`` on this host, per device of the record."""
     from hdp.runtime.devices import device_status

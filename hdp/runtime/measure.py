@@ -54,13 +54,14 @@ import numpy as np
 from hdp.errors import InputError, StaleInput
 from hdp.ir import serde
 from hdp.ir.types import Module
+from hdp.runtime import protocol as P
 from hdp.runtime import stats
 from hdp.runtime.measure_cache import MEASURE_VERSION, MeasureCache, host_key, measure_cache_dir
 from hdp.runtime.measurement import BestOf, Candidate, HeadToHead, MeasureError, Measurement, graph_of, placed
 from hdp.runtime.target import Target, load_target
 from hdp.runtime.worker_client import LOAD_TIMEOUT, WorkerFailure, WorkerProcess, current_pool
 
-__all__ = ["Measurer", "evaluate_placed", "measure_blob", "measure_plain", "placed_device_of"]
+__all__ = ["Measurer", "evaluate_placed", "measure_plain", "placed_device_of"]
 
 
 # --------------------------------------------------------------------------- sources
@@ -130,10 +131,13 @@ class Measurer:
     may take up to ``max(timeout, LOAD_TIMEOUT)``). ``cache``: True for the directory of the
     current :func:`cache_scope` (default ``~/.cache/hdp/measure``; none when the scope disables
     caching), a path, or False. Interleaved comparisons (:meth:`head_to_head`) are never cached.
+    ``worker``: what answers the requests (default: a :class:`~hdp.runtime.worker_client.WorkerProcess`,
+    or the spare of the current :func:`~hdp.runtime.worker_client.worker_reuse` block); anything
+    with the same ``call``/``send``/``alive``/``close`` (a test's scripted fake) will do.
     """
 
     def __init__(self, source, target: Target | str, *, runs: int = 10, warmup: int = 3,
-                 timeout: float = 120.0, cache: bool | str | os.PathLike = True):
+                 timeout: float = 120.0, cache: bool | str | os.PathLike = True, worker=None):
         if runs < 1 or warmup < 0:
             raise InputError(f"runs must be >= 1 and warmup >= 0 (got {runs}, {warmup})")
         if not timeout > 0:
@@ -147,8 +151,8 @@ class Measurer:
             self.cache = MeasureCache(where) if where is not None else None
         else:
             self.cache = None if cache is False else MeasureCache(cache)
-        self._worker: WorkerProcess | None = None
-        self._loaded: dict | None = None
+        self._worker: WorkerProcess | None = worker
+        self._loaded: P.Loaded | None = None
         self._base_key = [MEASURE_VERSION, self.source.digest, msgspec.json.encode(self.target).decode(),
                           self.runs, self.warmup] + host_key()
 
@@ -168,40 +172,40 @@ class Measurer:
 
     # ---- worker
 
-    def _load_request(self) -> dict:
-        return {"op": "load", "xml": self.source.xml, "spec": self.source.spec, "structure": self.source.structure,
-                "roles": self.source.roles, "target": msgspec.to_builtins(self.target)}
+    def _load_request(self) -> P.Load:
+        return P.Load(xml=self.source.xml, spec=self.source.spec, structure=self.source.structure,
+                      roles=self.source.roles, target=self.target)
 
-    def _ensure_loaded(self) -> dict:
+    def _ensure_loaded(self) -> P.Loaded:
         """Start the worker and load the model if needed; raises WorkerFailure or InputError."""
         if self._worker is None:
-            load = self._load_request()
             pool = current_pool()
-            taken = pool.take(msgspec.msgpack.encode(load)) if pool is not None else None
+            taken = pool.take(P.encode(self._load_request())) if pool is not None else None
             self._worker, self._loaded = taken or (WorkerProcess(), None)
         if self._loaded is not None and self._worker.alive:
             return self._loaded
         self._loaded = None
-        load = self._load_request()
-        reply = self._worker.call(load, max(self.timeout, LOAD_TIMEOUT))
-        if not reply["ok"]:
+        reply = self._worker.call(self._load_request(), max(self.timeout, LOAD_TIMEOUT))
+        if isinstance(reply, P.Failed):
             self._worker.close()
-            if reply.get("input"):
-                raise (StaleInput if reply.get("stale") else InputError)(reply["error"])
-            raise WorkerFailure(f"cannot load the model: {reply['error']}")
+            if reply.input:
+                raise (StaleInput if reply.stale else InputError)(reply.error)
+            raise WorkerFailure(f"cannot load the model: {reply.error}")
         self._loaded = reply
         return reply
 
-    def _call(self, req: dict) -> dict:
-        """The worker's reply to ``req``; raises WorkerFailure (crash, timeout) or InputError."""
+    def _call(self, req: P.Request) -> P.Reply:
+        """The worker's reply to ``req`` (the protocol's reply type, or a Failed that is not the
+        user's mistake); raises WorkerFailure (crash, timeout) or InputError."""
         self._ensure_loaded()
         reply = self._worker.call(req, self.timeout)
-        if not reply["ok"] and reply.get("input"):
-            raise (StaleInput if reply.get("stale") else InputError)(reply["error"])
+        if isinstance(reply, P.Failed) and reply.input:
+            raise (StaleInput if reply.stale else InputError)(reply.error)
         return reply
 
-    def loaded(self) -> dict:
-        """The worker's view of the model: ``n_ops``, ``names`` and each op's recorded affinity."""
+    def loaded(self) -> P.Loaded:
+        """The worker's view of the model: ``n_ops``, ``names`` and each op's recorded
+        ``affinity``, the ``spec`` it runs at (:class:`~hdp.runtime.protocol.Loaded`)."""
         try:
             return self._ensure_loaded()
         except WorkerFailure as e:
@@ -213,7 +217,7 @@ class Measurer:
         if self._worker is not None:
             pool = current_pool()
             if pool is not None and not self._tmp and self._loaded is not None and self._worker.alive:
-                pool.park(self._worker, msgspec.msgpack.encode(self._load_request()), self._loaded)
+                pool.park(self._worker, P.encode(self._load_request()), self._loaded)
             else:
                 self._worker.close()
             self._worker = None
@@ -276,9 +280,8 @@ class Measurer:
         key = self._key(["placed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest()])
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return hit
-        req = {"op": "measure", "devices": devices, "device_of": dev.tobytes(), "runs": self.runs,
-               "warmup": self.warmup}
-        m = self._run(req, what)
+        m = self._run(P.Measure(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()),
+                                runs=self.runs, warmup=self.warmup), what)
         if self.cache is not None:
             self.cache.put(key, m)
         return m
@@ -302,37 +305,38 @@ class Measurer:
             if self.target.device(device).kind != "real":
                 raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot be queried")
         try:
-            reply = self._call({"op": "query", "devices": list(devices)})
+            reply = self._call(P.Query(devices=list(devices)))
         except WorkerFailure as e:
             raise MeasureError(f"query_model on {', '.join(devices)}: {e}") from None
-        if not reply["ok"]:
-            raise MeasureError(f"query_model on {reply.get('device') or ', '.join(devices)}: {reply['error']}")
-        return {d: [bool(x) for x in reply["supported"][d]] for d in devices}
+        if isinstance(reply, P.Failed):
+            raise MeasureError(f"query_model on {reply.device or ', '.join(devices)}: {reply.error}")
+        return {d: list(reply.supported[d]) for d in devices}
 
     def signatures(self) -> tuple[np.ndarray, list[str]]:
         """Each op's signature in the worker's model (:mod:`hdp.runtime.query`): an int32 per op
         (an index into the digests; -1: not asked, -2: asked in its model) and the hex digests."""
         try:
-            reply = self._call({"op": "signatures"})
+            reply = self._call(P.Signatures())
         except WorkerFailure as e:
             raise MeasureError(f"op signatures: {e}") from None
-        if not reply["ok"]:
-            raise MeasureError(f"op signatures: {reply['error']}")
-        return np.frombuffer(reply["sig_of"], np.int32), list(reply["digests"])
+        if isinstance(reply, P.Failed):
+            raise MeasureError(f"op signatures: {reply.error}")
+        return np.frombuffer(reply.sig_of, np.int32), list(reply.digests)
 
-    def query_signatures(self, ask: dict[str, list[int]]) -> dict:
+    def query_signatures(self, ask: dict[str, list[int]]) -> P.SignatureAnswers:
         """``query_model`` on each device of ``ask`` about the op signatures listed for it, on
-        small models cut out of the worker's (see :mod:`hdp.runtime.query`): the worker's reply
-        (``answers``, ``in_context``, ``queries``, ``seconds``)."""
+        small models cut out of the worker's (see :mod:`hdp.runtime.query`): the worker's
+        :class:`~hdp.runtime.protocol.SignatureAnswers` (``answers``, ``in_context``, ``queries``,
+        ``seconds``)."""
         for device in ask:
             if self.target.device(device).kind != "real":
                 raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot be queried")
         try:
-            reply = self._call({"op": "query_signatures", "ask": {d: list(map(int, ks)) for d, ks in ask.items()}})
+            reply = self._call(P.QuerySignatures(ask={d: [int(k) for k in ks] for d, ks in ask.items()}))
         except WorkerFailure as e:
             raise MeasureError(f"query_model on {', '.join(ask)}: {e}") from None
-        if not reply["ok"]:
-            raise MeasureError(f"query_model on {reply.get('device') or ', '.join(ask)}: {reply['error']}")
+        if isinstance(reply, P.Failed):
+            raise MeasureError(f"query_model on {reply.device or ', '.join(ask)}: {reply.error}")
         return reply
 
     def plain(self, device: str) -> Measurement:
@@ -343,8 +347,7 @@ class Measurer:
         key = self._key(["plain", device])
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return hit
-        m = self._run({"op": "plain", "device": device, "runs": self.runs, "warmup": self.warmup},
-                      f"plain:{device}")
+        m = self._run(P.Plain(device=device, runs=self.runs, warmup=self.warmup), f"plain:{device}")
         if self.cache is not None:
             self.cache.put(key, m)
         return m
@@ -354,28 +357,30 @@ class Measurer:
         """Compile the unplaced model on each of ``devices`` with PERF_COUNT, warm each up, then
         run them in interleaved rounds (one run per device per round): ``min_runs`` rounds, then
         more while the next (judged by the last) keeps the timed runs within ``seconds`` (0: no
-        budget), at most ``runs`` (default: this Measurer's). Returns the worker's raw reply (per
-        device ``times`` and the runtime graph ``nodes``, see :mod:`hdp.runtime.worker`). Raises
-        MeasureError on failure; never cached (the profile pass is)."""
+        budget), at most ``runs`` (default: this Measurer's). Returns the worker's
+        :class:`~hdp.runtime.protocol.Profiled` reply as plain data (per device ``times`` and the
+        runtime graph ``nodes``, each node a dict). Raises MeasureError on failure; never cached
+        (the profile pass is)."""
         for d in devices:
             if self.target.device(d).kind != "real":
                 raise InputError(f"device '{d}' of target '{self.target.name}' is modeled; it cannot be profiled")
-        req = {"op": "profile", "devices": list(devices), "runs": runs or self.runs,
-               "warmup": self.warmup if warmup is None else warmup, "seconds": float(seconds),
-               "min_runs": int(min_runs)}
+        req = P.Profile(devices=list(devices), runs=int(runs or self.runs),
+                        warmup=int(self.warmup if warmup is None else warmup), seconds=float(seconds),
+                        min_runs=int(min_runs))
         what = ", ".join(devices)
         try:
             reply = self._call(req)
         except WorkerFailure as e:
             raise MeasureError(f"profiling on {what}: {e}") from None
-        if not reply["ok"]:
-            raise MeasureError(f"profiling on {what}: {reply['error']}")
-        return reply
+        if isinstance(reply, P.Failed):
+            raise MeasureError(f"profiling on {what}: {reply.error}")
+        return msgspec.to_builtins(reply)
 
     # ---- interleaved comparisons
 
-    def _candidate(self, c: Candidate) -> tuple[dict, str, tuple[str, str]]:
-        """(request fields, description, graph identity) of a candidate; InputError if unusable."""
+    def _candidate(self, c: Candidate) -> tuple[P.Prepare, str, tuple[str, str]]:
+        """(the request that prepares it without its warm-up, description, graph identity) of a
+        candidate; InputError if unusable."""
         if (c.plain is not None) + (c.device_of is not None) + (c.xml is not None) != 1:
             raise InputError(f"candidate '{c.name}': give one of a plain device, a placement or a placed "
                              f"file (not both or neither)")
@@ -384,15 +389,16 @@ class Measurer:
                 if self.target.device(name).kind != "real":
                     raise InputError(f"{c.xml}: placed on '{name}', a modeled device of target "
                                      f"'{self.target.name}'; it cannot run here")
-            return {"xml": c.xml}, "HETERO:" + ",".join(c.used), c.graph or ("file", c.xml)
+            return P.Prepare(xml=c.xml), "HETERO:" + ",".join(c.used), c.graph or ("file", c.xml)
         if c.plain is not None:
             d = self.target.device(c.plain)
             if d.kind != "real":
                 raise InputError(f"device '{c.plain}' of target '{self.target.name}' is modeled; it cannot run here")
-            return {"plain": c.plain}, f"plain:{c.plain}", ("one", c.plain)
+            return P.Prepare(plain=c.plain), f"plain:{c.plain}", ("one", c.plain)
         dev, devices = self._placement(c.device_of, c.devices)
         used = [d for k, d in enumerate(devices) if (dev == k).any()]
-        return {"devices": devices, "device_of": dev.tobytes()}, "HETERO:" + ",".join(used), graph_of(dev, devices)
+        return (P.Prepare(placement=P.Placement(devices=list(devices), device_of=dev.tobytes())),
+                "HETERO:" + ",".join(used), graph_of(dev, devices))
 
     def head_to_head(self, candidates: Sequence[Candidate], plan: stats.SequentialPlan | None = None, *,
                      warmup: int | None = None, deadline: float | None = None) -> HeadToHead:
@@ -426,23 +432,23 @@ class Measurer:
         pending = list(range(k))
         while pending:
             i = pending.pop(0)
-            fields, what, _ = specs[i]
+            prepare, what, _ = specs[i]
             if deadline is not None and time.monotonic() >= deadline:
                 errors[i] = f"{what}: not run (the time budget ran out)"
                 continue
             try:
-                reply = self._call({"op": "prepare", **fields, "warmup": warm})
+                reply = self._call(msgspec.structs.replace(prepare, warmup=warm))
             except WorkerFailure as e:
                 errors[i] = f"{what}: {e}"
                 pending = sorted(set(pending) | set(handles))  # they died with the worker
                 handles.clear()
                 continue
-            if not reply["ok"]:
-                errors[i] = f"{what}: {reply['error']}"
+            if isinstance(reply, P.Failed):
+                errors[i] = f"{what}: {reply.error}"
                 continue
-            handles[i] = reply["handle"]
-            compile_s[i] = reply["compile_seconds"]
-            submodels[i] = int(reply.get("submodels", 0))
+            handles[i] = reply.handle
+            compile_s[i] = reply.compile_seconds
+            submodels[i] = reply.submodels
         ok = sorted(handles)
         times = np.zeros((0, len(ok)))
         seconds, reason = 0.0, "nothing ran"
@@ -465,15 +471,14 @@ class Measurer:
                 chunk = orders[i:i + size]
                 t0 = time.monotonic()
                 try:
-                    reply = self._worker.call({"op": "rounds", "handles": [handles[j] for j in ok],
-                                               "orders": chunk}, self.timeout)
+                    reply = self._worker.call(P.Rounds(handles=[handles[j] for j in ok], orders=chunk), self.timeout)
                 except WorkerFailure as e:
                     raise _RoundsFailed(str(e)) from None
-                if not reply["ok"]:
-                    raise _RoundsFailed(reply["error"])
+                if isinstance(reply, P.Failed):
+                    raise _RoundsFailed(reply.error)
                 per_round[0] = (time.monotonic() - t0) / len(chunk)
-                out.extend(reply["times"])
-                done.extend(reply["times"])
+                out.extend(reply.times)
+                done.extend(reply.times)
                 i += len(chunk)
             return np.asarray(out, np.float64)
 
@@ -496,7 +501,7 @@ class Measurer:
             seconds = time.monotonic() - t0
             if self._worker is not None and self._worker.alive:
                 try:
-                    self._worker.call({"op": "release", "handles": [handles[i] for i in ok]}, self.timeout)
+                    self._worker.call(P.Release(handles=[handles[i] for i in ok]), self.timeout)
                 except WorkerFailure:
                     pass
         col = {i: p for p, i in enumerate(ok)}
@@ -556,33 +561,31 @@ class Measurer:
 
     def check(self, device_of=None, devices=None, *, xml=None, rename: dict | None = None) -> dict:
         """Run a placement (``device_of``, indices into ``devices``; or the placed model file
-        ``xml``) with HETERO against the original on the plain CPU plugin (worker ``check``
-        request). Returns the worker's verdict: ``passed``, ``error`` or ``max_error``/``where``,
-        ``runs``; a crashed or hung worker is a failed check, not an exception."""
-        req = {"op": "check", "rename": dict(rename or {})}
+        ``xml``) with HETERO against the original on the plain CPU plugin (the worker's
+        :class:`~hdp.runtime.protocol.Check`). Returns its verdict as plain data: ``passed``,
+        ``error`` or ``max_error``/``where``, ``runs``; a crashed or hung worker is a failed check,
+        not an exception."""
         if xml is not None:
-            req["xml"] = str(xml)
+            req = P.Check(xml=str(xml), rename=dict(rename or {}))
         else:
             dev, devices = self._placement(device_of, devices)
-            req.update(devices=list(devices), device_of=dev.tobytes())
+            req = P.Check(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()),
+                          rename=dict(rename or {}))
         try:
             reply = self._call(req)
         except WorkerFailure as e:
             return {"passed": False, "error": str(e)}
-        if not reply["ok"]:
-            return {"passed": False, "error": reply["error"]}
-        return reply
+        if isinstance(reply, P.Failed):
+            return {"passed": False, "error": reply.error}
+        return msgspec.to_builtins(reply)
 
-    def _run(self, req: dict, what: str) -> Measurement:
+    def _run(self, req: P.Measure | P.Plain, what: str) -> Measurement:
         base = dict(what=what, target=self.target.name, runs=self.runs, warmup=self.warmup)
         try:
             reply = self._call(req)
         except WorkerFailure as e:
             return Measurement(**base, error=f"{what}: {e}")
-        if not reply["ok"]:
-            return Measurement(**base, error=f"{what}: {reply['error']}")
-        return Measurement(**base, times=tuple(reply["times"]), compile_seconds=reply["compile_seconds"],
-                           submodels=int(reply.get("submodels", 0)))
+        return _timed(reply, base, what)
 
 
 # --------------------------------------------------------------------------- conveniences
@@ -595,30 +598,12 @@ def measure_plain(source, target: Target | str, device: str, *, runs: int = 10, 
         return m.plain(device)
 
 
-def measure_blob(blob: str | os.PathLike, *, runs: int = 10, warmup: int = 3, timeout: float = 120.0) -> Measurement:
-    """Time an exported placement (:func:`hdp.runtime.blob.export_blob`) as an application runs it:
-    imported in a worker with its devices registered from its record, ``runs`` inferences on seeded
-    inputs at the recorded shapes. Never cached. Raises InputError for a blob whose record is
-    missing or does not match it, or whose devices this host lacks."""
-    from hdp.runtime.blob import read_record
-
-    rec = read_record(blob)
-    base = dict(what=f"{rec.device} (imported {Path(blob).name})", target=rec.target, runs=runs, warmup=warmup)
-    w = WorkerProcess()
-    try:
-        reply = w.call({"op": "blob", "blob": str(Path(blob).resolve()), "device": rec.device,
-                        "target": msgspec.to_builtins(rec.target_of()), "spec": rec.specialisation,
-                        "runs": int(runs), "warmup": int(warmup)}, max(timeout, LOAD_TIMEOUT))
-    except WorkerFailure as e:
-        return Measurement(**base, error=f"{blob}: {e}")
-    finally:
-        w.close()
-    if not reply["ok"]:
-        if reply.get("input"):
-            raise InputError(f"{blob}: {reply['error']}")
-        return Measurement(**base, error=f"{blob}: {reply['error']}")
-    return Measurement(**base, times=tuple(reply["times"]), compile_seconds=reply["compile_seconds"],
-                       submodels=int(reply.get("submodels", 0)))
+def _timed(reply: P.Timed | P.Failed, base: dict, what: str) -> Measurement:
+    """The Measurement of a worker's reply to Measure or Plain."""
+    if isinstance(reply, P.Failed):
+        return Measurement(**base, error=f"{what}: {reply.error}")
+    return Measurement(**base, times=tuple(reply.times), compile_seconds=reply.compile_seconds,
+                       submodels=reply.submodels)
 
 
 def placed_device_of(xml: str | os.PathLike, target: Target | None = None):

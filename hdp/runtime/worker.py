@@ -1,89 +1,12 @@
 """The measuring process: ``python -m hdp.runtime.worker``.
 
-:mod:`hdp.runtime.measure` starts one of these per model and sends it requests; a compile that
-crashes (segfault), hangs or raises costs one error sample, not the caller's process. Messages are
-msgpack maps framed by a 4-byte little-endian length, on stdin (requests) and on a duplicate of
-the original stdout (replies); the worker points fd 1 at stderr so that anything a plugin prints
-cannot corrupt the protocol.
-
-Requests (``op`` field) and replies (always ``ok``; on failure ``error`` and ``input``, the latter
-true for a user mistake such as a device absent from this host):
-
-- ``load``: ``xml``, ``spec`` (the JSON :class:`~hdp.ir.openvino_frontend.Specialisation` to run
-  at; empty: the one a placed model records, else the frontend's defaults), ``structure`` (the
-  digest of the caller's :func:`~hdp.ir.openvino_frontend.graph_structure`, or nil not to check),
-  ``target`` -> ``n_ops``, ``names``, ``affinity`` (per op, "" if none), ``spec``, ``read_ahead``
-  (whether the model came from a ``preload``). Support queries and profiles compile the runnable
-  specialisation of the file's model (static inputs). Measurements (``measure``, ``plain``,
-  ``prepare``) and checks compile the model as hdp writes it: the file's own graph, dynamic shapes
-  kept, a placement over several devices legalized on it as the backend does; every inference
-  is fed the specialisation's inputs (and a stateful model's states, set before each one). So a
-  placement is timed as it was checked and written, and ``hdp evaluate`` of the written file runs
-  that same graph. Ops are identified by their position in ``get_ordered_ops()``, which the
-  structure check makes the caller's.
-- ``preload``: ``xml``, ``request`` (a ShapeRequest, or nil) -> nothing: reads and specialises the
-  model as lowering will, sent ahead (the caller does not wait), so that the next ``load`` of that
-  file at that specialisation takes the model from here.
-- ``measure``: ``devices``, ``device_of`` (int16 bytes, one per op position), ``runs``, ``warmup``
-  -> ``times`` (seconds per run), ``compile_seconds``, ``submodels`` (HETERO's
-  ``HETERO_NUMBER_OF_SUBMODELS`` of the compiled placement). Compiles with HETERO over the devices
-  used.
-- ``query``: ``devices`` -> ``supported`` ({device: a bool per op position}): OpenVINO's
-  ``query_model`` of the loaded model on each device, the devices in parallel threads. It runs here,
-  not in the caller, because a plugin answering it may allocate whatever the model's shapes ask for
-  (``std::bad_alloc``) or crash. Whole-model ``query_model`` is superlinear in the model; the support
-  pass asks per op signature instead (:mod:`hdp.runtime.query`):
-- ``signatures`` -> ``sig_of`` (int32 bytes, one per op position: an index into ``digests``, -1 for
-  Parameter/Constant/Result, -2 for an op asked in its model) and ``digests`` (hex).
-- ``query_signatures``: ``ask`` ({device: [signature index, ...]}) -> ``answers`` ({device: [[index,
-  supported], ...]}, an op asked in its model under ``-(position + 1)``), ``in_context`` ({device:
-  [signature indices answered by the whole model, not memoisable]}), ``queries``, ``seconds``; the
-  devices in parallel threads.
-- ``plain``: ``device``, ``runs``, ``warmup`` -> ``times``, ``compile_seconds``.
-- ``profile``: ``devices``, ``runs``, ``warmup``, ``seconds``, ``min_runs`` -> ``devices`` (one
-  entry per device, in order: ``device``, ``times``, ``starts`` (of each timed run, seconds after
-  the warm-ups), ``compile_seconds``, ``warmup``, ``nodes``)
-  and ``seconds`` (wall time of ``prepare``: the compiles and warm-ups, ``timed``: the timed
-  rounds, ``nodes``: reading the runtime graphs). Each device compiles the unplaced model with
-  ``PERF_COUNT`` and runs ``warmup`` times, the devices in parallel threads (nothing is timed
-  yet); then the timed runs go in rounds, one run per device per round in alternating order:
-  ``min_runs`` rounds, then more while another round (as long as the last) keeps the timed runs
-  within ``seconds`` (0: no budget), at most ``runs`` rounds.
-  ``nodes`` is a device's compiled (runtime) graph, one entry per node with ``name``, ``type``,
-  ``exec_type``, ``original`` (its ``originalLayersNames``), ``ops`` (the positions of those ops,
-  mapped here where the names are those of the model compiled), ``preds`` (node indices),
-  ``avg_warm`` and ``avg_all`` (the ``PERF_COUNT`` counter, a running average over every
-  inference since compile, read after the warm-up and after the timed runs), ``avg_runs`` (the
-  same counter read after the warm-up and after every timed run, for per-run times) and
-  ``executed`` (false for fused/in-place nodes). Each device also reports ``properties``: what its
-  compiled model says it runs with (``INFERENCE_PRECISION_HINT``, ``INFERENCE_NUM_THREADS``,
-  ``NUM_STREAMS`` ... and the plugin's ``FULL_DEVICE_NAME``), to tell devices of one kind apart
-  from devices that differ.
-
-Interleaved comparisons (:meth:`hdp.runtime.measure.Measurer.head_to_head`) hold several compiled
-candidates at once:
-
-- ``prepare``: ``plain`` (a device), ``devices`` + ``device_of`` (a placement, as for
-  ``measure``) or ``xml`` (a placed model file of the loaded model: the same inputs, compiled as
-  the file has it), and ``warmup`` -> ``handle``, ``compile_seconds``, ``submodels`` (0 for a plain
-  compile): compiles, creates an infer
-  request with the inputs set, runs the warm-up and keeps both until released.
-- ``rounds``: ``handles``, ``orders`` (one list per round of positions into ``handles``) -> ``times``
-  (per round, one time per handle in ``handles`` order): runs the candidates in each round's order.
-- ``release``: ``handles`` -> frees them (unknown handles are ignored).
-
-Exported placements (:mod:`hdp.runtime.blob`), no model loaded first:
-
-- ``blob``: ``blob`` (a path), ``device``, ``target``, ``spec`` (from its record), ``runs``, ``warmup`` -> ``times``,
-  ``compile_seconds`` (the import), ``submodels``: imported as an application would, devices
-  registered and configured from the record.
-
-Placement checks (:mod:`hdp.runtime.verify`):
-
-- ``check``: ``devices`` + ``device_of`` (legalized on a copy of the original model, dynamic shapes
-  kept) or ``xml`` (a placed model file), ``rename`` (device name -> the device that stands in for
-  it), optional ``runs`` (default :func:`hdp.ir.openvino_frontend.check_runs`) -> ``passed`` and
-  ``error``, or ``max_error`` (relative L2 against the original on plain CPU f32), ``where``, ``runs``.
+:mod:`hdp.runtime.worker_client` starts one of these per model and sends it requests; a compile
+that crashes (segfault), hangs or raises costs one error sample, not the caller's process. The
+messages are the typed requests and replies of :mod:`hdp.runtime.protocol` (what each request does
+is documented there); :class:`Worker` holds the loaded model and answers each request with the
+handler its type maps to (:data:`HANDLERS`). Any exception in a handler becomes a
+:class:`~hdp.runtime.protocol.Failed` reply: ``input`` for an :class:`~hdp.errors.InputError`
+(the user's mistake, such as a device absent from this host), else a failure sample.
 
 The worker dies with its parent: on Linux it asks the kernel for SIGKILL when the parent goes
 (``prctl(PR_SET_PDEATHSIG)``), and on every platform a watchdog thread exits the process as soon as
@@ -91,47 +14,29 @@ its parent process id changes (the parent's pid is passed in ``HDP_WORKER_PARENT
 stuck in a device compile never outlives a killed ``hdp``.
 
 Test hook: ``HDP_MEASURE_FAULT`` = ``crash`` (SIGSEGV), ``hang`` or ``raise``, applied to every
-``measure``/``plain``/``profile``/``prepare``/``check``/``query`` request of a worker started with it.
+request that compiles or queries (all but ``Load``, ``Preload``, ``Rounds`` and ``Release``: see
+:data:`HANDLERS`) of a worker started with it.
+
+This module is over 600 lines because one class holds the loaded model (its specialisation, the
+model as written, the compiled candidates, the check's reference outputs) and every handler reads
+that state; the module-level helpers below it are what the handlers share.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import struct
 import sys
 import time
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
 
-_ENC = msgspec.msgpack.Encoder()
-_DEC = msgspec.msgpack.Decoder()
-FAULT_ENV = "HDP_MEASURE_FAULT"
-PARENT_ENV = "HDP_WORKER_PARENT"
+from hdp.runtime import protocol as P
+from hdp.runtime.protocol import FAULT_ENV, PARENT_ENV
+
 _PR_SET_PDEATHSIG = 1
-
-
-def write_msg(f, obj) -> None:
-    data = _ENC.encode(obj)
-    f.write(struct.pack("<I", len(data)) + data)
-    f.flush()
-
-
-def decode_msg(data: bytes):
-    return _DEC.decode(data)
-
-
-def read_msg(f):
-    """One message from a binary stream, or None at end of stream."""
-    head = f.read(4)
-    if len(head) < 4:
-        return None
-    (n,) = struct.unpack("<I", head)
-    data = f.read(n)
-    if len(data) < n:
-        return None
-    return _DEC.decode(data)
 
 
 def ov_message(e: BaseException) -> str:
@@ -197,53 +102,21 @@ class Worker:
         self._next_handle = 0
         self.sigs = None  # (Signatures, input feeds) of the loaded model, made by ``signatures``
 
-    def handle(self, req: dict) -> dict:
+    def handle(self, req: P.Request) -> P.Reply:
+        """The reply to ``req``: its handler's (:data:`HANDLERS`), or :class:`~hdp.runtime.protocol.Failed`."""
         from hdp.errors import InputError, is_stale
 
         try:
-            op = req.get("op")
-            if op == "load":
-                return self.load(req)
-            if op == "preload":
-                return self.preload(req)
-            if op == "blob":
-                _fault()
-                return self.blob(req)
-            if self.model is None:
+            route = HANDLERS[type(req)]
+            if route.needs_model and self.model is None:
                 raise InputError("worker: no model loaded")
-            if op == "measure":
+            if route.faulty:
                 _fault()
-                return self.measure(req)
-            if op == "plain":
-                _fault()
-                return self.plain(req)
-            if op == "profile":
-                _fault()
-                return self.profile(req)
-            if op == "prepare":
-                _fault()
-                return self.prepare(req)
-            if op == "rounds":
-                return self.rounds(req)
-            if op == "check":
-                _fault()
-                return self.check(req)
-            if op == "release":
-                return self.release(req)
-            if op == "query":
-                _fault()
-                return self.query(req)
-            if op == "signatures":
-                _fault()
-                return self.signatures(req)
-            if op == "query_signatures":
-                _fault()
-                return self.query_signatures(req)
-            raise InputError(f"worker: unknown request '{op}'")
+            return route.handler(self, req)
         except InputError as e:
-            return {"ok": False, "input": True, "error": str(e), "stale": is_stale(e)}
+            return P.Failed(error=str(e), input=True, stale=is_stale(e))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error sample
-            return {"ok": False, "input": False, "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
+            return P.Failed(error=self._explain(f"{type(e).__name__}: {ov_message(e)}"))
 
     def _explain(self, message: str) -> str:
         """``message``, and for an allocation failure the shapes that asked for the memory."""
@@ -260,27 +133,25 @@ class Worker:
             return None
         return os.path.realpath(xml), st.st_mtime_ns, st.st_size, spec
 
-    def preload(self, req: dict) -> dict:
+    def preload(self, req: P.Preload) -> P.Done:
         """Read and specialise ``xml`` for ``request`` (a ShapeRequest, as lowering does) ahead of
         its ``load``, which then takes it from here (matched by file and specialisation)."""
         from hdp.ir import openvino_frontend as fe
 
-        xml = req["xml"]
-        request = msgspec.convert(req["request"], fe.ShapeRequest) if req.get("request") else None
+        xml = req.xml
         original = fe.read_model(xml)
-        spec = fe.plan_specialisation(original, xml, request)
+        spec = fe.plan_specialisation(original, xml, req.request)
         text = spec.to_json()
         self.preloaded = {self._read_key(xml, text): (original, fe.specialise(original, spec, xml, runnable=True))}
-        return {"ok": True}
+        return P.Done()
 
-    def load(self, req: dict) -> dict:
-        from hdp.errors import InputError, StaleInput
+    def load(self, req: P.Load) -> P.Loaded:
+        from hdp.errors import StaleInput
         from hdp.ir import openvino_frontend as fe
-        from hdp.runtime.target import Target
 
-        self.target = msgspec.convert(req["target"], Target)
-        xml = req["xml"]
-        text = req.get("spec")
+        self.target = req.target
+        xml = req.xml
+        text = req.spec
         ahead = self.preloaded.pop(self._read_key(xml, text), None) if text and self.preloaded else None
         self.preloaded = {}
         if ahead is not None:
@@ -296,11 +167,11 @@ class Worker:
         self._as_written = None
         self.reference = {}
         self.sigs = None
-        want = req.get("structure")
+        want = req.structure
         if want is not None and fe.op_structure(self.ops).digest() != want:
             raise StaleInput(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
                              f"module's); lower it again")
-        self.roles = np.frombuffer(req["roles"], np.int8) if req.get("roles") else None
+        self.roles = np.frombuffer(req.roles, np.int8) if req.roles else None
         if self.roles is not None and self.roles.shape[0] != len(self.ops):
             raise StaleInput(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
                              f"{len(self.ops)}; lower it again")
@@ -313,8 +184,8 @@ class Worker:
             key = "user_dataaffinity" if "user_dataaffinity" in rt else "affinity"
             aff.append(rt[key].astype(str) if key in rt else "")
         names, _ = fe.unique_names(self.ops)
-        return {"ok": True, "n_ops": len(self.ops), "names": names, "affinity": aff, "spec": spec.to_json(),
-                "read_ahead": ahead is not None}
+        return P.Loaded(n_ops=len(self.ops), names=names, affinity=aff, spec=spec.to_json(),
+                        read_ahead=ahead is not None)
 
     def core(self, devices: tuple[str, ...]):
         from hdp.runtime.devices import make_core
@@ -414,60 +285,63 @@ class Worker:
         restore_affinity(model, xml)
         return model
 
-    def _compile_placed(self, req: dict):
-        """(compiled model, compile seconds) of the placement in ``req``: ``devices`` + ``device_of``
-        (built by :meth:`_placed_model`) or ``xml`` (a placed file, :meth:`_placed_file`), compiled
-        with HETERO over the devices used."""
+    def _compile_placed(self, placement: P.Placement | None, xml: str | None = None):
+        """(compiled model, compile seconds) of ``placement`` (built by :meth:`_placed_model`) or of
+        the placed file ``xml`` (:meth:`_placed_file`), compiled with HETERO over the devices used."""
         from hdp.runtime.devices import hetero_name
 
-        if req.get("xml"):
-            model = self._placed_file(req["xml"])
+        if xml:
+            model = self._placed_file(xml)
             used = _set_affinity(model)
         else:
-            devices = list(req["devices"])
-            model = self._placed_model(devices, np.frombuffer(req["device_of"], np.int16))
+            devices = list(placement.devices)
+            model = self._placed_model(devices, np.frombuffer(placement.device_of, np.int16))
             used = sorted(_set_affinity(model), key=devices.index)  # HETERO's device list in target order
         core = self.core(tuple(used))
         t0 = time.perf_counter()
         compiled = core.compile_model(model, hetero_name(used), {})
         return compiled, time.perf_counter() - t0
 
-    def measure(self, req: dict) -> dict:
-        compiled, compile_s = self._compile_placed(req)
-        times = self._time(compiled, int(req["runs"]), int(req["warmup"]))
-        return {"ok": True, "times": times, "compile_seconds": compile_s, "submodels": _submodels(compiled)}
+    def measure(self, req: P.Measure) -> P.Timed:
+        compiled, compile_s = self._compile_placed(req.placement)
+        times = self._time(compiled, req.runs, req.warmup)
+        return P.Timed(times=times, compile_seconds=compile_s, submodels=_submodels(compiled))
 
-    def prepare(self, req: dict) -> dict:
+    def prepare(self, req: P.Prepare) -> P.Prepared:
+        from hdp.errors import InputError
+
+        if (req.plain is not None) + (req.placement is not None) + (req.xml is not None) != 1:
+            raise InputError("worker: prepare one of a plain device, a placement or a placed file")
         submodels = 0
-        if req.get("plain"):
-            core = self.core((req["plain"],))
+        if req.plain is not None:
+            core = self.core((req.plain,))
             t0 = time.perf_counter()
-            compiled = core.compile_model(self._written(), req["plain"], {})
+            compiled = core.compile_model(self._written(), req.plain, {})
             compile_s = time.perf_counter() - t0
         else:
-            compiled, compile_s = self._compile_placed(req)
+            compiled, compile_s = self._compile_placed(req.placement, req.xml)
             submodels = _submodels(compiled)
         ireq = compiled.create_infer_request()
         start = self._ready(ireq)
-        for _ in range(int(req.get("warmup", 0))):
+        for _ in range(req.warmup):
             start()
             ireq.infer()
         handle = self._next_handle
         self._next_handle += 1
         self.prepared[handle] = (compiled, ireq, start)
-        return {"ok": True, "handle": handle, "compile_seconds": compile_s, "submodels": submodels}
+        return P.Prepared(handle=handle, compile_seconds=compile_s, submodels=submodels)
 
-    def rounds(self, req: dict) -> dict:
+    def rounds(self, req: P.Rounds) -> P.RoundTimes:
         from hdp.errors import InputError
 
-        handles = list(req["handles"])
+        handles = req.handles
         missing = [h for h in handles if h not in self.prepared]
         if missing:
             raise InputError(f"worker: no prepared candidate {missing[0]}")
         reqs = [self.prepared[h][1:] for h in handles]
         clock = time.perf_counter
         out = []
-        for order in req["orders"]:
+        for order in req.orders:
             row = [0.0] * len(reqs)
             for j in order:
                 r, start = reqs[j]
@@ -476,12 +350,12 @@ class Worker:
                 r.infer()
                 row[j] = clock() - t0
             out.append(row)
-        return {"ok": True, "times": out}
+        return P.RoundTimes(times=out)
 
-    def release(self, req: dict) -> dict:
-        for h in req.get("handles", ()):
+    def release(self, req: P.Release) -> P.Done:
+        for h in req.handles:
             self.prepared.pop(h, None)
-        return {"ok": True}
+        return P.Done()
 
     # ---- checking a placement against the original
 
@@ -512,42 +386,42 @@ class Worker:
             outs.append([np.array(req.get_output_tensor(j).data, copy=True) for j in range(len(compiled.outputs))])
         return outs
 
-    def check(self, req: dict) -> dict:
-        """Compile a placement as hdp writes it (``device_of`` per op, legalized on a copy of the
-        original model; or the placed model file ``xml``) with HETERO, run every check run, and
-        compare each output with the original on the plain CPU plugin. ``rename`` maps device
-        names to the devices that stand in for them (modeled devices run on CPU instances)."""
+    def check(self, req: P.Check) -> P.Checked:
+        """Compile a placement as hdp writes it (``placement`` legalized on a copy of the original
+        model, or the placed model file ``xml``) with HETERO, run every check run, and compare each
+        output with the original on the plain CPU plugin (see :class:`~hdp.runtime.protocol.Check`)."""
         from hdp.errors import InputError
         from hdp.ir import openvino_frontend as fe
         from hdp.runtime.devices import hetero_name
 
-        runs = req.get("runs") or msgspec.to_builtins(fe.check_runs(self.original, self.spec, self.xml))
-        rename = dict(req.get("rename") or {})
-        if req.get("xml"):
-            model = self._placed_file(req["xml"])
+        if (req.placement is None) == (req.xml is None):
+            raise InputError("worker: check a placement or a placed file")
+        runs = msgspec.to_builtins(fe.check_runs(self.original, self.spec, self.xml))
+        if req.xml is not None:
+            model = self._placed_file(req.xml)
         else:
-            model = self._placed_model(list(req["devices"]), np.frombuffer(req["device_of"], np.int16))
-        used = _set_affinity(model, rename)
+            model = self._placed_model(list(req.placement.devices), np.frombuffer(req.placement.device_of, np.int16))
+        used = _set_affinity(model, req.rename)
         reference = self._reference_outputs(runs)
         t0 = time.perf_counter()
         try:
             compiled = self.core(tuple(used)).compile_model(model, hetero_name(used), {})
             got = self._run_all(compiled, runs)
         except Exception as e:  # noqa: BLE001 - the check's verdict, not a worker failure
-            return {"ok": True, "passed": False, "error": ov_message(e), "seconds": time.perf_counter() - t0}
+            return P.Checked(passed=False, error=ov_message(e), seconds=time.perf_counter() - t0)
         worst, where = 0.0, ""
         for k, (a_run, b_run) in enumerate(zip(got, reference)):
             for j, (a, b) in enumerate(zip(a_run, b_run)):
                 if a.shape != b.shape:
-                    return {"ok": True, "passed": False, "seconds": time.perf_counter() - t0,
-                            "error": f"run {k}, output {j}: shape {a.shape}, the original gives {b.shape}"}
+                    return P.Checked(passed=False, seconds=time.perf_counter() - t0,
+                                     error=f"run {k}, output {j}: shape {a.shape}, the original gives {b.shape}")
                 err = _relative_error(a, b)
                 if err > worst:
                     worst, where = err, f"run {k}, output {j}"
-        return {"ok": True, "passed": True, "max_error": worst, "where": where, "devices": used,
-                "runs": len(runs), "stateful": bool(self.spec.state), "seconds": time.perf_counter() - t0}
+        return P.Checked(passed=True, max_error=worst, where=where, devices=used, runs=len(runs),
+                         stateful=bool(self.spec.state), seconds=time.perf_counter() - t0)
 
-    def blob(self, req: dict) -> dict:
+    def blob(self, req: P.Blob) -> P.Timed:
         """Import an exported placement (``blob``, with the ``device`` string, the ``target`` of its
         devices and the ``spec`` its record holds, :class:`hdp.runtime.blob.BlobRecord`) as an
         OpenVINO application would, its devices registered and configured as recorded, and time
@@ -557,15 +431,14 @@ class Worker:
 
         from hdp.ir import openvino_frontend as fe
         from hdp.runtime.devices import make_core
-        from hdp.runtime.target import Target
 
-        target = msgspec.convert(req["target"], Target)
+        target = req.target
         core = make_core(target, list(target.device_names))  # InputError: absent here
         t0 = time.perf_counter()
-        with open(req["blob"], "rb") as f:
-            compiled = core.import_model(f.read(), req["device"])
+        with open(req.blob, "rb") as f:
+            compiled = core.import_model(f.read(), req.device)
         import_s = time.perf_counter() - t0
-        spec = fe.Specialisation.from_json(req["spec"], req["blob"]) if req.get("spec") else None
+        spec = fe.Specialisation.from_json(req.spec, req.blob) if req.spec else None
         ireq = compiled.create_infer_request()
         shapes = [i.shape for i in spec.inputs] if spec is not None else None
         for i, a in enumerate(random_inputs(compiled, shapes=shapes)):
@@ -573,23 +446,23 @@ class Worker:
         states = fe.state_tensors(spec) if spec is not None else {}
         held = [(st, ov.Tensor(states[st.name])) for st in ireq.query_state() if st.name in states]
         times = []
-        for k in range(int(req["warmup"]) + int(req["runs"])):
+        for k in range(req.warmup + req.runs):
             for st, t in held:
                 st.state = t
             t0 = time.perf_counter()
             ireq.infer()
-            if k >= int(req["warmup"]):
+            if k >= req.warmup:
                 times.append(time.perf_counter() - t0)
-        return {"ok": True, "times": times, "compile_seconds": import_s, "submodels": _submodels(compiled)}
+        return P.Timed(times=times, compile_seconds=import_s, submodels=_submodels(compiled))
 
-    def query(self, req: dict) -> dict:
+    def query(self, req: P.Query) -> P.Supported | P.Failed:
         """``query_model`` on the specialisation, every device in its own thread (a query is
         mostly the plugin's own work, outside the GIL): a bool per op position per device."""
         import threading
 
         from hdp.ir.openvino_frontend import supported_mask
 
-        devices = [str(d) for d in req["devices"]]
+        devices = list(req.devices)
         answers: dict[str, object] = {}
 
         def ask(device: str) -> None:
@@ -608,10 +481,8 @@ class Worker:
         for d in devices:
             if isinstance(answers[d], Exception):
                 e = answers[d]
-                return {"ok": False, "input": False, "device": d,
-                        "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
-        return {"ok": True, "supported": {d: supported_mask(self.ops, answers[d]).tolist() for d in devices}}
-
+                return P.Failed(error=self._explain(f"{type(e).__name__}: {ov_message(e)}"), device=d)
+        return P.Supported(supported={d: supported_mask(self.ops, answers[d]).tolist() for d in devices})
 
     def _signatures(self):
         from hdp.ir import openvino_frontend as fe
@@ -624,12 +495,12 @@ class Worker:
             self.sigs = query.signatures(static.get_ordered_ops())
         return self.sigs
 
-    def signatures(self, req: dict) -> dict:
+    def signatures(self, req: P.Signatures) -> P.SignatureTable:
         """Each op's signature (see :mod:`hdp.runtime.query`)."""
         sigs, _ = self._signatures()
-        return {"ok": True, "sig_of": np.asarray(sigs.sig_of, np.int32).tobytes(), "digests": sigs.digests}
+        return P.SignatureTable(sig_of=np.asarray(sigs.sig_of, np.int32).tobytes(), digests=list(sigs.digests))
 
-    def query_signatures(self, req: dict) -> dict:
+    def query_signatures(self, req: P.QuerySignatures) -> P.SignatureAnswers | P.Failed:
         """Each device's ``query_model`` answer about the signatures it is asked (``ask``), on
         small cut-out models, the devices in parallel threads."""
         import threading
@@ -638,7 +509,7 @@ class Worker:
 
         t0 = time.perf_counter()
         sigs, feeds = self._signatures()
-        ask = {str(d): [int(k) for k in ks] for d, ks in req["ask"].items()}
+        ask = req.ask
         wanted = sorted(set().union(*ask.values())) if ask else []
         plan = query.plan(self.model, sigs, feeds, wanted)
         answers: dict[str, object] = {}
@@ -662,31 +533,29 @@ class Worker:
         for d in devices:
             if isinstance(answers[d], Exception):
                 e = answers[d]
-                return {"ok": False, "input": False, "device": d,
-                        "error": self._explain(f"{type(e).__name__}: {ov_message(e)}")}
-        return {"ok": True, "answers": {d: [[k, v] for k, v in answers[d][0].items()] for d in devices},
-                "in_context": {d: plan.context for d in devices},
-                "queries": {d: answers[d][1]["queries"] for d in devices},
-                "seconds": time.perf_counter() - t0}
+                return P.Failed(error=self._explain(f"{type(e).__name__}: {ov_message(e)}"), device=d)
+        return P.SignatureAnswers(answers={d: list(answers[d][0].items()) for d in devices},
+                                  in_context={d: list(plan.context) for d in devices},
+                                  queries={d: answers[d][1]["queries"] for d in devices},
+                                  seconds=time.perf_counter() - t0)
 
-    def plain(self, req: dict) -> dict:
-        device = req["device"]
-        core = self.core((device,))
+    def plain(self, req: P.Plain) -> P.Timed:
+        core = self.core((req.device,))
         t0 = time.perf_counter()
-        compiled = core.compile_model(self._written(), device, {})
+        compiled = core.compile_model(self._written(), req.device, {})
         compile_s = time.perf_counter() - t0
-        times = self._time(compiled, int(req["runs"]), int(req["warmup"]))
-        return {"ok": True, "times": times, "compile_seconds": compile_s}
+        times = self._time(compiled, req.runs, req.warmup)
+        return P.Timed(times=times, compile_seconds=compile_s)
 
-    def profile(self, req: dict) -> dict:
-        """Per-node counters of the unplaced model on each device (see the module docstring)."""
+    def profile(self, req: P.Profile) -> P.Profiled:
+        """Per-node counters of the unplaced model on each device (see :class:`~hdp.runtime.protocol.Profile`)."""
         import threading
 
         t_start = time.perf_counter()
-        devices = list(req["devices"])
-        runs, warmup = int(req["runs"]), max(int(req["warmup"]), 1)
-        min_runs = min(max(int(req.get("min_runs", 1)), 1), runs)
-        budget = float(req.get("seconds", 0.0)) or float("inf")  # 0: no budget, every round
+        devices = list(req.devices)
+        runs, warmup = req.runs, max(req.warmup, 1)
+        min_runs = min(max(req.min_runs, 1), runs)
+        budget = req.seconds or float("inf")  # 0: no budget, every round
         cores = [self.core((d,)) for d in devices]  # made here: registering plugins is not for threads
         if self.inputs is None:  # made once, before the threads share them
             self.inputs = random_inputs(self.model)
@@ -742,12 +611,37 @@ class Worker:
         t_timed = time.perf_counter()
         out = []
         for j, (compiled, ireq, _, compile_s) in enumerate(ready):
-            out.append({"device": devices[j], "times": times[j], "starts": starts[j], "compile_seconds": compile_s,
-                        "warmup": warmup, "properties": _compiled_properties(cores[j], compiled, devices[j]),
-                        "nodes": _runtime_nodes(compiled, self.index, before[j], _counters(ireq), after_run[j])})
+            out.append(P.DeviceProfile(device=devices[j], times=times[j], starts=starts[j], compile_seconds=compile_s,
+                                       warmup=warmup, properties=_compiled_properties(cores[j], compiled, devices[j]),
+                                       nodes=_runtime_nodes(compiled, self.index, before[j], _counters(ireq),
+                                                            after_run[j])))
         t_end = time.perf_counter()
-        return {"ok": True, "devices": out,
-                "seconds": {"prepare": t_prepared - t_start, "timed": t_timed - t_prepared, "nodes": t_end - t_timed}}
+        return P.Profiled(devices=out, seconds=P.ProfileSeconds(prepare=t_prepared - t_start, timed=t_timed - t_prepared,
+                                                                nodes=t_end - t_timed))
+
+
+class _Route(msgspec.Struct, frozen=True):
+    handler: Callable[[Worker, P.Request], P.Reply]
+    needs_model: bool = True  # answered only after a Load
+    faulty: bool = True  # the test hook (FAULT_ENV) applies: the request compiles or queries
+
+
+#: The handler of each request type.
+HANDLERS: dict[type, _Route] = {
+    P.Load: _Route(Worker.load, needs_model=False, faulty=False),
+    P.Preload: _Route(Worker.preload, needs_model=False, faulty=False),
+    P.Blob: _Route(Worker.blob, needs_model=False),
+    P.Query: _Route(Worker.query),
+    P.Measure: _Route(Worker.measure),
+    P.Plain: _Route(Worker.plain),
+    P.Profile: _Route(Worker.profile),
+    P.Prepare: _Route(Worker.prepare),
+    P.Rounds: _Route(Worker.rounds, faulty=False),
+    P.Release: _Route(Worker.release, faulty=False),
+    P.Check: _Route(Worker.check),
+    P.Signatures: _Route(Worker.signatures),
+    P.QuerySignatures: _Route(Worker.query_signatures),
+}
 
 
 def _ov_shape(shape):
@@ -832,7 +726,7 @@ def _compiled_properties(core, compiled, device: str) -> dict[str, str]:
 
 
 def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, after: dict,
-                   runs: list[dict] = ()) -> list[dict]:
+                   runs: list[dict] = ()) -> list[P.RuntimeNode]:
     """The runtime graph's nodes; ``positions`` maps the compiled model's friendly names to op
     positions; ``runs``: the counters after every timed run."""
     from hdp.ir.openvino_frontend import layer_names_to_positions
@@ -844,20 +738,20 @@ def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, afte
         rt = op.get_rt_info()
         name = op.get_friendly_name()
         original = rt["originalLayersNames"].astype(str) if "originalLayersNames" in rt else name
-        nodes.append({
-            "name": name,
-            "type": rt["layerType"].astype(str) if "layerType" in rt else op.get_type_name(),
-            "exec_type": rt["primitiveType"].astype(str) if "primitiveType" in rt else "",
-            "original": original,
-            "ops": layer_names_to_positions(original, positions),
-            "preds": [index[i.get_source_output().get_node()] for i in op.inputs()],
-            "avg_warm": before.get(name, (0.0, False))[0],
-            "avg_all": after.get(name, (0.0, False))[0],
-            "avg_runs": [before.get(name, (0.0, False))[0]] + [r.get(name, (0.0, False))[0] for r in runs],
+        nodes.append(P.RuntimeNode(
+            name=name,
+            type=rt["layerType"].astype(str) if "layerType" in rt else op.get_type_name(),
+            exec_type=rt["primitiveType"].astype(str) if "primitiveType" in rt else "",
+            original=original,
+            ops=layer_names_to_positions(original, positions),
+            preds=[index[i.get_source_output().get_node()] for i in op.inputs()],
+            avg_warm=before.get(name, (0.0, False))[0],
+            avg_all=after.get(name, (0.0, False))[0],
+            avg_runs=[before.get(name, (0.0, False))[0]] + [r.get(name, (0.0, False))[0] for r in runs],
             # the plugin reports NOT_RUN for a node whose average reads 0 us, so a node that ran in
             # the (slow) warm-up but averages below 1 us later still counts as executed
-            "executed": before.get(name, (0.0, False))[1] or after.get(name, (0.0, False))[1],
-        })
+            executed=before.get(name, (0.0, False))[1] or after.get(name, (0.0, False))[1],
+        ))
     return nodes
 
 
@@ -901,13 +795,18 @@ def main() -> None:
     proto_in = sys.stdin.buffer
     worker = Worker()
     while True:
-        req = read_msg(proto_in)
-        if req is None:
+        data = P.read_frame(proto_in)
+        if data is None:
             # the caller waits for this exit: skip the interpreter's teardown, where unloading
             # OpenVINO's plugins takes about 0.4 s (nothing is left to flush or save)
             sys.stderr.flush()
             os._exit(0)
-        write_msg(proto_out, worker.handle(req))
+        try:
+            req = P.decode_request(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            P.write_msg(proto_out, P.Failed(error=f"worker: not a request: {e}"))
+            continue
+        P.write_msg(proto_out, worker.handle(req))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from hdp.runtime.worker import PARENT_ENV, decode_msg, write_msg
+from hdp.runtime import protocol as P
 
 #: Seconds a worker may take to start and read the model (the per-request timeout, if larger).
 LOAD_TIMEOUT = 60.0
@@ -70,7 +70,7 @@ class WorkerProcess:
         root = str(Path(hdp.__file__).resolve().parent.parent)  # the worker imports this same hdp
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
         env["PYTHONSAFEPATH"] = "1"  # python -m must not put the current directory (another hdp checkout) first
-        env[PARENT_ENV] = str(os.getpid())
+        env[P.PARENT_ENV] = str(os.getpid())
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "hdp.runtime.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0, env=env)
@@ -79,31 +79,38 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def _write(self, req: dict) -> None:
+    def _write(self, req: P.Request) -> None:
         """Send ``req``, (re)starting the worker if it is not running."""
         if not self.alive:
             self.close()
             self.start()
         try:
-            write_msg(self.proc.stdin, req)
+            P.write_msg(self.proc.stdin, req)
         except (BrokenPipeError, OSError):
             raise WorkerFailure(self._death("before the request")) from None
 
-    def send(self, req: dict) -> None:
+    def send(self, req: P.Request) -> None:
         """Send a request without waiting: its reply is read and dropped before the next
-        :meth:`call`'s (for work the worker may do ahead, such as ``preload``)."""
+        :meth:`call`'s (for work the worker may do ahead, such as ``Preload``)."""
         self._write(req)
-        self.pending.append(str(req.get("op")))
+        self.pending.append(P.op_of(req))
 
-    def call(self, req: dict, timeout: float) -> dict:
-        """Send one request and wait up to ``timeout`` seconds; a dead or late worker raises
-        WorkerFailure with the reason (and is gone afterwards)."""
+    def call(self, req: P.Request, timeout: float) -> P.Reply:
+        """Send one request and wait up to ``timeout`` seconds for its reply: the reply type the
+        protocol gives it (:data:`hdp.runtime.protocol.REPLY_TO`) or
+        :class:`~hdp.runtime.protocol.Failed`. A dead, late or garbled worker raises WorkerFailure
+        with the reason (and is gone afterwards)."""
         self._write(req)
         while self.pending:  # replies to requests sent ahead come first; the work was wanted, not the reply
             self._reply(max(timeout, LOAD_TIMEOUT), self.pending.pop(0))
-        return self._reply(timeout, str(req.get("op")))
+        op = P.op_of(req)
+        reply = self._reply(timeout, op)
+        if not isinstance(reply, (P.REPLY_TO[type(req)], P.Failed)):
+            self.close(kill=True)
+            raise WorkerFailure(f"the worker answered '{op}' with '{P.op_of(reply)}'; worker killed")
+        return reply
 
-    def _reply(self, timeout: float, op: str) -> dict:
+    def _reply(self, timeout: float, op: str) -> P.Reply:
         # One read may return the end of this reply and the start of the next (a reply to a request
         # sent ahead arrives together with the one after it): what lies past this reply is kept.
         deadline = time.monotonic() + timeout
@@ -112,7 +119,7 @@ class WorkerProcess:
         need = 4
         while True:
             if need == 4 and len(buf) >= 4:
-                need = 4 + int.from_bytes(buf[:4], "little")
+                need = 4 + P.frame_length(buf)
             if len(buf) >= need:
                 break
             left = deadline - time.monotonic()
@@ -125,7 +132,11 @@ class WorkerProcess:
             buf += chunk
         msg = bytes(buf[4:need])
         del buf[:need]
-        return decode_msg(msg)
+        try:
+            return P.decode_reply(msg)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            self.close(kill=True)
+            raise WorkerFailure(f"the worker's reply to '{op}' is not a reply ({e}); worker killed") from None
 
     def _death(self, when: str) -> str:
         try:
@@ -207,7 +218,7 @@ class WorkerPool:
         w.start()
         if xml is not None:
             try:
-                w.send({"op": "preload", "xml": str(xml), "request": msgspec.to_builtins(request) if request else None})
+                w.send(P.Preload(xml=str(xml), request=request))
             except WorkerFailure:
                 w.close()
                 return
