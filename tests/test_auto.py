@@ -1,12 +1,12 @@
 """The default method (``auto``), budgets that hold inside training, and hsdag's final choice by
 head-to-head statistics rather than by the minimum over noisy samples.
 
-Measurements are faked where the test is about a decision (synthetic, seeded timing noise, so the
-test is fast and deterministic); one test runs the real thing on the ``virtual`` target."""
+Where the test is about a decision, the real Measurer talks to a scripted worker (synthetic,
+seeded timing noise at the protocol boundary: tests/scripted_worker.py), so the test is fast and
+deterministic and the measuring code is the real one; one test runs the real thing on the
+``virtual`` target."""
 
 from __future__ import annotations
-
-import hashlib
 
 import numpy as np
 import pytest
@@ -18,66 +18,14 @@ from hdp.ir import serde
 from hdp.placement.problem import build_problem
 from hdp.placers import PlaceContext, place, stage_times
 from hdp.placers.options import Auto, Optimal, method_from
-from hdp.runtime import stats
-from hdp.runtime.measure import Measurer
-from hdp.runtime.measurement import HeadToHead, Measurement
 from hdp.runtime.simulate import Simulator
 from hdp.runtime.target import Device, Target
 from placement_helpers import random_module
+from scripted_worker import ScriptedWorker, scripted_measurer
 from test_learn import DEV2, FAST, blocks_module, reference
 
 MODELED2 = Target(name="m2", devices=[Device(name="D0", kind="modeled"), Device(name="D1", kind="modeled")])
 REAL2 = Target(name="r2", devices=[Device(name="A"), Device(name="B")])
-
-
-class FakeMeasurer(Measurer):
-    """A Measurer whose times come from ``truth(group_device) -> seconds`` with seeded noise:
-    ``measure`` (one placement alone, as training sees it) adds ``lucky(group_device)`` (a
-    relative change, default none) and lognormal noise of ``sd``; ``head_to_head`` runs
-    ``rounds`` interleaved rounds with per-round noise of ``h2h_sd``. Uses the real ``best_of``."""
-
-    def __init__(self, problem, truth, *, sd=0.0, h2h_sd=0.02, lucky=None, rounds=60, seed=0):
-        self.p, self.truth, self.sd, self.h2h_sd, self.lucky_fn = problem, truth, sd, h2h_sd, lucky
-        self.rounds, self.rng = rounds, np.random.default_rng(seed)
-        self.runs, self.warmup, self.timeout = 10, 1, 60.0
-        self.measured: list[np.ndarray] = []
-        self.heads: list[tuple[str, ...]] = []
-
-    def _gd(self, device_of) -> np.ndarray:
-        return self.p.structure.group_devices(np.asarray(device_of, np.int64)).astype(np.int16)
-
-    def measure(self, device_of, devices=None) -> Measurement:
-        gd = self._gd(device_of)
-        self.measured.append(gd)
-        t = self.truth(gd) * (1 + (self.lucky_fn(gd) if self.lucky_fn else 0.0))
-        times = t * np.exp(self.rng.normal(0, self.sd, self.runs)) if self.sd else np.full(self.runs, t)
-        return Measurement(what="fake", target="fake", runs=self.runs, warmup=1, times=tuple(times),
-                           compile_seconds=0.01)
-
-    def head_to_head(self, candidates, plan=None, *, warmup=None, deadline=None) -> HeadToHead:
-        plan = plan or stats.SequentialPlan()
-        k = len(candidates)
-        names = [c.name for c in candidates]
-        assert len(set(names)) == k, f"candidate names must differ (got {names})"  # as Measurer says
-        truth = np.array([self.truth(self._gd(c.device_of)) for c in candidates])
-        load = np.exp(self.rng.normal(0, 0.05, (self.rounds, 1)))  # drift shared by a round
-        times = truth[None, :] * load * np.exp(self.rng.normal(0, self.h2h_sd, (self.rounds, k)))
-        graphs = []
-        for c in candidates:
-            used = np.unique(c.device_of)
-            graphs.append(("one", str(used[0])) if used.size == 1 else
-                          ("mixed", hashlib.blake2b(np.asarray(c.device_of).tobytes()).hexdigest()))
-        self.heads.append(tuple(c.name for c in candidates))
-        ms = tuple(Measurement(what=c.name, target="fake", runs=self.rounds, warmup=1, times=tuple(times[:, i]),
-                               compile_seconds=0.01) for i, c in enumerate(candidates))
-        return HeadToHead(names=tuple(c.name for c in candidates), measurements=ms, graphs=tuple(graphs),
-                          rounds=self.rounds, seconds=0.0, reason="fake", plan=plan)
-
-    def loaded(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 # --- auto on a modeled target ------------------------------------------------------------------
@@ -142,8 +90,22 @@ def _real_ctx(m, **kw):
     return PlaceContext(module=m, problem=build_problem(m, DEV2), target=REAL2, **kw)
 
 
+def _scripted(monkeypatch, module, attr, tmp_path, **kw) -> list[ScriptedWorker]:
+    """Make ``module.attr`` (a placer's Measurer factory) give real Measurers over ScriptedWorkers
+    made with ``kw``; returns the workers made."""
+    workers = []
+
+    def make(o, ctx):
+        workers.append(ScriptedWorker(ctx.problem, **kw))
+        return scripted_measurer(tmp_path, ctx.target, workers[-1], runs=o.measure_runs,
+                                 warmup=getattr(module, "WARMUP", 3), timeout=ctx.timeout)
+
+    monkeypatch.setattr(module, attr, make)
+    return workers
+
+
 @pytest.mark.parametrize("gain", [0.0, 0.10])
-def test_auto_keeps_the_best_single_device_unless_another_beats_it_beyond_noise(monkeypatch, gain):
+def test_auto_keeps_the_best_single_device_unless_another_beats_it_beyond_noise(monkeypatch, tmp_path, gain):
     """Every candidate equally fast (gain 0): the preferred single device is kept, whatever the
     medians' order. A mixed candidate truly 10 % faster: it is kept. (On the blocks chain both
     single devices simulate alike and the cost model's optimum is mixed.)"""
@@ -153,16 +115,12 @@ def test_auto_keeps_the_best_single_device_unless_another_beats_it_beyond_noise(
     def truth(gd):
         return 10e-3 * (1 - gain * (np.unique(gd).size > 1))
 
-    fakes = []
-
-    def make(o, ctx):
-        fakes.append(FakeMeasurer(ctx.problem, truth, h2h_sd=0.02, seed=11))
-        return fakes[-1]
-
-    monkeypatch.setattr(auto_mod, "_measurer", make)
+    workers = _scripted(monkeypatch, auto_mod, "_measurer", tmp_path, truth=truth, h2h_sd=0.02, seed=11)
     got = place(Auto(learn="no", budget=0), ctx)
-    names = fakes[0].heads[0]
-    assert names[:2] == ("single:A", "single:B") and len(names) >= 3  # singles first, then mixed
+    head = workers[0].heads[0]  # singles first (A, then B), then mixed
+    assert [np.unique(gd).tolist() for gd in head[:2]] == [[0], [1]] and len(head) >= 3
+    assert all(np.unique(gd).size == 2 for gd in head[2:])
+    assert workers[0].requests[0] == "load" and "rounds" in workers[0].requests
     if gain == 0:
         assert got.info["chosen"] == "single:A" and np.unique(got.group_device).tolist() == [0]
         assert "no difference beyond noise" in got.info["report"]
@@ -172,7 +130,7 @@ def test_auto_keeps_the_best_single_device_unless_another_beats_it_beyond_noise(
         assert "faster" in got.info["report"] or "slower" in got.info["report"]
 
 
-def test_auto_accepts_learning_only_when_it_wins_head_to_head(monkeypatch):
+def test_auto_accepts_learning_only_when_it_wins_head_to_head(monkeypatch, tmp_path):
     """The measured refinement finds lucky samples (a -15 % single measurement) of placements no
     faster than the winner: the final head-to-head rejects them and the winner is kept."""
     m = blocks_module()
@@ -184,14 +142,13 @@ def test_auto_accepts_learning_only_when_it_wins_head_to_head(monkeypatch):
     def lucky(gd):
         return -0.15 if np.unique(gd).size > 1 else 0.0
 
-    fakes = []
-    monkeypatch.setattr(auto_mod, "_measurer", lambda o, c: fakes.append(FakeMeasurer(
-        c.problem, truth, sd=0.01, lucky=lucky, seed=5)) or fakes[-1])
+    workers = _scripted(monkeypatch, auto_mod, "_measurer", tmp_path, truth=truth, sd=0.01, lucky=lucky, seed=5)
     # the implementation directly: the hand-built module has no coarse stage, which place() would ask for
     got = auto_mod.auto(Auto(learn="yes", budget=0, samples=4, hidden=16, episodes=3, patience=6), ctx)
-    f = fakes[0]
-    assert len(f.measured) >= 2  # learning ran: the warm start and at least one sampled placement
-    assert len(f.heads) == 2 and f.heads[1][0] == got.info["chosen"]  # a final head-to-head happened
+    w = workers[0]
+    assert len(w.measured) >= 2  # learning ran: the warm start and at least one sampled placement
+    assert len(w.heads) == 2  # a final head-to-head happened, the kept placement first in it
+    assert np.array_equal(w.heads[1][0], got.group_device)
     assert got.info["chosen"].startswith("single:") and "no gain beyond noise" in got.info["report"]
 
 
@@ -275,7 +232,7 @@ def test_patience_stops_when_placements_bring_no_gain():
 HS_SMALL = {"episodes": 3, "samples": 6, "hidden": 16, "warm_start": "none", "reward": "measure", "budget": 0}
 
 
-def test_hsdag_final_choice_is_made_head_to_head_not_by_a_lucky_sample(monkeypatch):
+def test_hsdag_final_choice_is_made_head_to_head_not_by_a_lucky_sample(monkeypatch, tmp_path):
     """Every placement is truly equally fast, but mixed placements measured alone sometimes come
     out 20 % lower (lucky samples). The minimum over samples is such a lucky one; the final
     head-to-head shows it equal to the best single device, which is kept."""
@@ -287,22 +244,21 @@ def test_hsdag_final_choice_is_made_head_to_head_not_by_a_lucky_sample(monkeypat
         hits.append(1)
         return -0.2 if np.unique(gd).size > 1 and len(hits) % 3 == 0 else 0.0
 
-    fakes = []
-    monkeypatch.setattr(hs, "_make_measurer", lambda o, c: fakes.append(FakeMeasurer(
-        c.problem, lambda gd: 10e-3, sd=0.005, lucky=lucky, seed=3)) or fakes[-1])
+    workers = _scripted(monkeypatch, hs, "_make_measurer", tmp_path, truth=lambda gd: 10e-3, sd=0.005, lucky=lucky,
+                        seed=3)
     got = hs.hsdag(method_from("hsdag", HS_SMALL), ctx)
     assert not got.info["sampled_best"].startswith("single:")  # training's minimum was a lucky sample
-    assert fakes[0].heads, "no final head-to-head"
+    assert workers[0].heads, "no final head-to-head"
     assert got.info["best_source"].startswith("single:") and np.unique(got.group_device).size == 1
     assert "no difference beyond noise" in got.info["final"]
     assert_one_interval_per_pair(got.info["final"].splitlines())
 
 
-def test_hsdag_keeps_a_learned_placement_that_truly_wins(monkeypatch):
+def test_hsdag_keeps_a_learned_placement_that_truly_wins(monkeypatch, tmp_path):
     m = blocks_module()
     ctx = _real_ctx(m, seed=4)
     ev = reference(m)  # mixed placements are truly faster on this chain (blocks alternate devices)
-    monkeypatch.setattr(hs, "_make_measurer", lambda o, c: FakeMeasurer(c.problem, ev, sd=0.005, seed=3))
+    _scripted(monkeypatch, hs, "_make_measurer", tmp_path, truth=ev, sd=0.005, seed=3)
     got = hs.hsdag(method_from("hsdag", HS_SMALL), ctx)
     singles = min(ev(np.zeros(12, np.int16)), ev(np.ones(12, np.int16)))
     assert ev(got.group_device) < singles * 0.95 and not got.info["best_source"].startswith("single:")
