@@ -1,7 +1,7 @@
 """False-positive and detection rates of hdp's timing comparisons on synthetic run times.
 
 Every comparison runs the real code path of :mod:`hdp.runtime.stats` (``run_sequential`` with a
-``SequentialPlan``, then ``compare`` / ``select_best``) against a :class:`hdp.runtime.noise.NoisyMachine`
+``SequentialPlan``, then ``compare`` / ``select_best``) against a ``NoisyMachine`` (tests/noisy_machine.py)
 with the noise of a quiet core or of this project's shared 2-core VM, and counts the verdicts.
 For contrast, the old rule (two separate 10-run medians, A's runs then B's) is scored on the same
 machine: how often it reports a difference of 5 % or more between identical candidates.
@@ -13,12 +13,16 @@ machine: how often it reports a difference of 5 % or more between identical cand
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from hdp.runtime.noise import NoisyMachine
 from hdp.runtime.stats import SequentialPlan, compare, run_sequential, select_best
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the simulated machine is test equipment
+from noisy_machine import NoisyMachine  # noqa: E402
 
 
 def two(preset: str, effect: float, seeds: int, plan: SequentialPlan, cell: int) -> dict:

@@ -1,5 +1,5 @@
 """The statistics of timing comparisons (hdp/runtime/stats.py), on synthetic run times with the
-noise of a shared machine (hdp/runtime/noise.py): fast and deterministic."""
+noise of a shared machine (tests/noisy_machine.py): fast and deterministic."""
 
 import math
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from hdp.runtime import stats
-from hdp.runtime.noise import PRESETS, NoisyMachine
 from hdp.runtime.stats import (Comparison, SequentialPlan, compare, hodges_lehmann, lag1_autocorrelation,
                                round_order, run_sequential, select_best, shortlist)
+from noisy_machine import PRESETS, NoisyMachine
 
 #: the plan of the done-when tests: resolve 3 %, at most 600 rounds (a 40 ms model, two candidates:
 #: about 50 s of running on the shared VM)

@@ -1,5 +1,6 @@
 """Synthetic run times with the noise of a shared machine, to test and calibrate
-:mod:`hdp.runtime.stats` quickly and deterministically.
+:mod:`hdp.runtime.stats` quickly and deterministically (tests/test_stats.py, and the rates of
+bench/stats_rates.py, which puts tests/ on its path: this is test equipment, not part of hdp).
 
 A :class:`NoisyMachine` runs candidates with fixed true times in the order it is given, one sample
 after another on a simulated clock, and multiplies each true time by:
