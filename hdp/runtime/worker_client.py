@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -197,7 +196,7 @@ class WorkerPool:
     def __init__(self):
         self._worker: WorkerProcess | None = None
         self._load: bytes | None = None  # the encoded load request it answered (None: nothing loaded)
-        self._reply: Any = None  # its answer to that request
+        self._reply: P.Loaded | None = None  # its answer to that request
         self._env: dict | None = None  # this process's environment when it was kept
 
     @property
@@ -205,7 +204,7 @@ class WorkerPool:
         """The spare worker, if any."""
         return self._worker
 
-    def _keep(self, worker: WorkerProcess, load: bytes | None, reply) -> None:
+    def _keep(self, worker: WorkerProcess, load: bytes | None, reply: P.Loaded | None) -> None:
         self._worker, self._load, self._reply, self._env = worker, load, reply, dict(os.environ)
 
     def prestart(self, xml: str | os.PathLike | None = None, request=None) -> None:
@@ -224,13 +223,13 @@ class WorkerPool:
                 return
         self._keep(w, None, None)
 
-    def park(self, worker: WorkerProcess, load: bytes, reply) -> None:
+    def park(self, worker: WorkerProcess, load: bytes, reply: P.Loaded) -> None:
         """Keep ``worker``, which answered the load request ``load`` with ``reply``, as the spare
         (stopping the one kept before)."""
         self.close()
         self._keep(worker, load, reply)
 
-    def take(self, load: bytes) -> tuple[WorkerProcess, Any] | None:
+    def take(self, load: bytes) -> tuple[WorkerProcess, P.Loaded | None] | None:
         """The spare worker for a Measurer whose load request is ``load``, with its load reply (None:
         nothing loaded yet), if it is alive, was kept with this environment (a test's fault
         injection, say) and has no other model loaded; else None (the spare stays for another)."""
