@@ -39,7 +39,10 @@ def test_messages_round_trip_typed():
                          avg_all=1e-6, avg_runs=[1e-6, 1e-6], executed=True)
     prof = P.Profiled(devices=[P.DeviceProfile(device="CPU", times=[1e-3], starts=[0.0], compile_seconds=0.1, warmup=1,
                                                nodes=[node], properties={"NUM_STREAMS": "1"})], seconds=P.ProfileSeconds(prepare=0.1, timed=0.2, nodes=0.0))
-    for r in (P.Failed(error="x", input=True, device="CPU"), P.Done(), prof, P.Checked(passed=True, max_error=1e-7)):
+    answers = P.SignatureAnswers(answers={"CPU": [(0, True), (-3, False)]}, in_context={"CPU": [2]},
+                                 queries={"CPU": 2}, seconds=0.5)
+    for r in (P.Failed(error="x", input=True, stale=True, device="CPU"), P.Done(), prof, answers,
+              P.Checked(passed=True, max_error=1e-7)):
         assert P.decode_reply(P.encode(r)) == r
     with pytest.raises(Exception, match="op"):
         P.decode_request(P.encode({"op": "frobnicate"}))

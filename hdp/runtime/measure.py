@@ -36,6 +36,9 @@ current ``cache_scope``), keyed by the model's digest, the placement (device nam
 target, runs and warm-up, and the host fingerprint; failures and interleaved comparisons are never
 cached. Inside :func:`~hdp.runtime.worker_client.worker_reuse` a Measurer that closes hands its
 worker, model loaded, to the next one of the same model and target.
+
+This module is a little over 600 lines because :class:`Measurer` is one class of about 500: its
+methods share the worker, the cache keys and the checks of a placement against the target.
 """
 
 from __future__ import annotations
