@@ -330,7 +330,8 @@ def costs_json(module, costs, info: dict | None = None) -> dict:
     cov = coverage(costs)
     devs = []
     for j, d in enumerate(costs.devices):
-        row = {"name": d, "kind": costs.kind[j], "total_seconds": costs.measured_total[j] if costs.measured_total else None,
+        row = {"name": d, "kind": costs.kind[j], "class": costs.device_class[j] if costs.device_class else None,
+               "total_seconds": costs.measured_total[j] if costs.measured_total else None,
                "sum_seconds": float(t[np.isfinite(t[:, j]), j].sum()),
                "coverage": cov[j] if math.isfinite(cov[j]) else None}
         if info and d in info:
@@ -401,7 +402,10 @@ def profile_cmd(model, output, target, devices, runs, warmup, seconds, input_sha
     for d in doc["devices"]:
         cov = f", per-op sum {_ms(d['sum_seconds'])} ({d['coverage']:.2f} of it)" if d["coverage"] is not None \
             and d["kind"] == "measured" else ""
-        click.echo(f"{d['name']} ({d['kind']}): whole model {_ms(d['total_seconds'])}{cov}")
+        same = [e["name"] for e in doc["devices"] if d["class"] and e["class"] == d["class"] and e is not d]
+        what = d["kind"] + (f", {d['class']}" if d["class"] and d["kind"] == "measured" else "") + \
+            (f"; one kind with {', '.join(same)}: one profile" if same else "")
+        click.echo(f"{d['name']} ({what}): whole model {_ms(d['total_seconds'])}{cov}")
     if top:
         t = module.costs.op_time.numpy()
         finite = np.where(np.isfinite(t), t, 0.0)

@@ -31,6 +31,9 @@ def _user_cache_dir() -> Path:
 USER_CACHE = _user_cache_dir()
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="hdp-tests-"))
 os.environ["XDG_CACHE_HOME"] = str(SESSION_DIR / "xdg")
+# the zoo's keras and matplotlib (through plotting tests) write their config under the home directory
+os.environ.setdefault("KERAS_HOME", str(SESSION_DIR / "keras"))
+os.environ.setdefault("MPLCONFIGDIR", str(SESSION_DIR / "matplotlib"))
 if not os.environ.get("NUMBA_CACHE_DIR"):
     os.environ["NUMBA_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".numba-cache")
 
