@@ -215,11 +215,11 @@ def attribute_seconds(graph: Graph, nodes: list[dict], secs: np.ndarray) -> tupl
     ``bincount`` per run; only the few nodes naming no costed op are walked one by one (breadth
     first)."""
     n, k = graph.n_ops, len(nodes)
-    secs = np.asarray(secs, np.float64)
-    one = secs.ndim == 1
-    secs = secs.reshape(-1, k) if k else np.zeros((secs.reshape(-1, 0).shape[0] if secs.size == 0 else 1, 0))
+    one = np.ndim(secs) == 1
     if not k:
-        return (np.zeros(n), 0.0) if one else (np.zeros((secs.shape[0], n)), np.zeros(secs.shape[0]))
+        rows = np.shape(secs)[0] if not one else 1
+        return (np.zeros(n), 0.0) if one else (np.zeros((rows, n)), np.zeros(rows))
+    secs = np.asarray(secs, np.float64).reshape(-1, k)
     free = zero_cost_ops(graph)
     counts = np.fromiter((len(nd["ops"]) for nd in nodes), np.int64, k)
     op = np.fromiter(itertools.chain.from_iterable(nd["ops"] for nd in nodes), np.int64, int(counts.sum()))
