@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from hdp.errors import InputError
-from hdp.runtime.target import Target, devices_target, validate_target
+from hdp.runtime.target import Target, devices_target, target_from
 
 SAVED_KEY = "user_dataaffinity"
 
@@ -116,8 +116,8 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
     tjson = _model_info(model, "target")
     if tjson:
         try:
-            target = validate_target(msgspec.convert(json.loads(tjson), Target), f"{xml}: hdp target record")
-        except (ValueError, RecursionError, msgspec.ValidationError) as e:
+            target = target_from(json.loads(tjson), f"{xml}: hdp target record")
+        except (ValueError, RecursionError) as e:
             raise InputError(f"{xml}: invalid hdp target record: {e}") from None
     else:
         target = devices_target(devs)

@@ -32,47 +32,54 @@ device's ``precision`` (f32 = 4 bytes, f16/bf16 = 2, i8 = 1). ``efficiency`` (0 
 share of the published peak a device sustains on real layers; peaks are rarely reached, so a
 modeled target should state its assumption there.
 
-Every field error names its path (``devices[0].peak_flops: Expected `object`, got `str```).
-This module does not import openvino; :mod:`hdp.runtime.devices` does the registering.
+The bounds of every field are declared on it (:mod:`hdp.validation`); :func:`validate_target`
+adds the rules between fields. Every error names its path (``devices[0].peak_flops.f32: must be
+a finite number in [1000, 1e+19], got inf``). This module does not import openvino;
+:mod:`hdp.runtime.devices` does the registering.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 from hdp.errors import InputError
+from hdp.validation import convert, recheck
 
 
 #: Bytes per element of a floating-point tensor stored at a modeled device's precision.
 PRECISION_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i8": 1, "u8": 1}
+Precision = Literal[tuple(PRECISION_BYTES)]
 
-
-def _with_path(msg: str) -> str:
-    """msgspec says ``Expected `float`, got `str` - at `$.link.bandwidth```; put the field first."""
-    m = re.match(r"(?s)(.*) - at `\$\.?(.*)`$", msg)
-    return f"{m.group(2) or '(top level)'}: {m.group(1)}" if m else msg
+#: Bounds of the numbers a target may hold: outside them a cost model overflows or means nothing.
+MAX_DEVICES = 64
+RATE_MIN, RATE_MAX = 1e3, 1e19
+Rate = Annotated[float, Meta(ge=RATE_MIN, le=RATE_MAX)]  # FLOP/s and bytes/s
+Seconds = Annotated[float, Meta(ge=0, le=10)]  # per-op, per-copy and per-subgraph overheads
+_NAME = r"[A-Za-z0-9_.\-]{1,64}"
+Name = Annotated[str, Meta(pattern=f"^{_NAME}$", description="1 to 64 letters, digits, '_', '.', '-'")]
+NotBlank = Annotated[str, Meta(pattern=r"\S", description="a string that is not blank")]
 
 
 class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    name: str
+    name: Name
     kind: Literal["real", "modeled"] = "real"
-    plugin: str = ""
+    plugin: Annotated[str, Meta(pattern=f"^(?:{_NAME})?$", description="empty or a plugin name: 1 to 64 letters, "
+                                                                     "digits, '_', '.', '-'")] = ""  # "": the device's name
     alias: bool = False
-    config: dict[str, str] = {}
+    config: dict[NotBlank, str] = {}
     # modeled devices
-    peak_flops: dict[str, float] = {}
-    precision: str = "f32"
-    memory_bandwidth: float = 0.0
-    op_overhead: float = 0.0
-    efficiency: float = 1.0
-    supported_ops: list[str] = []
+    peak_flops: dict[Precision, Rate] = {}
+    precision: Precision = "f32"
+    memory_bandwidth: Annotated[float, Meta(ge=0, le=RATE_MAX)] = 0.0  # a modeled device needs >= RATE_MIN
+    op_overhead: Seconds = 0.0
+    efficiency: Annotated[float, Meta(gt=0, le=1)] = 1.0
+    supported_ops: list[NotBlank] = []
     description: str = ""
 
     @property
@@ -81,14 +88,14 @@ class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
 
 class Link(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    latency: float = 20e-6
-    bandwidth: float = 10e9
-    subgraph_overhead: float = 50e-6
+    latency: Seconds = 20e-6
+    bandwidth: Rate = 10e9
+    subgraph_overhead: Seconds = 50e-6
 
 
 class Target(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    name: str
-    devices: list[Device]
+    name: NotBlank
+    devices: Annotated[list[Device], Meta(min_length=1, max_length=MAX_DEVICES)]
     link: Link = Link()
     description: str = ""
 
@@ -107,73 +114,45 @@ class Target(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         return all(d.kind == "real" for d in self.devices)
 
 
-#: Bounds of the numbers a target may hold: outside them a cost model overflows or means nothing.
-MAX_DEVICES = 64
-_RATE = (1e3, 1e19)  # FLOP/s and bytes/s
-_SECONDS = (0.0, 10.0)  # per-op, per-copy and per-subgraph overheads
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
-
-def _number(where: str, x, lo: float, hi: float, lo_open: bool = False) -> None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        raise InputError(f"{where}: must be a finite number, got {x!r}")
-    if x < lo or (lo_open and x == lo) or x > hi:
-        lo_s = f"({lo:g}" if lo_open else f"[{lo:g}"
-        raise InputError(f"{where}: {x!r} is out of range {lo_s}, {hi:g}]")
-
-
 def validate_target(t: Target, source: str) -> Target:
-    """Check a decoded target field by field; InputError naming the first bad field."""
-    if not t.name.strip():
-        raise InputError(f"{source}: name: must not be empty")
-    if not t.devices:
-        raise InputError(f"{source}: target has no devices (field 'devices')")
-    if len(t.devices) > MAX_DEVICES:
-        raise InputError(f"{source}: devices: {len(t.devices)} devices, at most {MAX_DEVICES}")
+    """Check a target built in Python against the declared bounds, then :func:`check_rules`."""
+    return check_rules(recheck(t, _message(source)), source)
+
+
+def check_rules(t: Target, source: str) -> Target:
+    """The rules between fields (the bounds of each field are declared); InputError naming the
+    first field that breaks one."""
     names = [d.name for d in t.devices]
     for i, d in enumerate(t.devices):
         where = f"{source}: devices[{i}]"
-        if not _NAME_RE.match(d.name):
-            raise InputError(f"{where}.name: invalid device name '{d.name}' (letters, digits, '_', '.', '-')")
         if d.name in names[:i]:
             raise InputError(f"{where}.name: duplicate device '{d.name}'")
-        if d.plugin and not _NAME_RE.match(d.plugin):
-            raise InputError(f"{where}.plugin: invalid plugin name '{d.plugin}'")
-        for k in d.config:
-            if not k.strip():
-                raise InputError(f"{where}.config: empty key")
-        if d.kind == "modeled":
-            if d.precision not in PRECISION_BYTES:
-                raise InputError(f"{where}.precision: unknown precision '{d.precision}' "
-                                 f"(known: {', '.join(PRECISION_BYTES)})")
-            if not d.peak_flops or d.precision not in d.peak_flops:
-                raise InputError(f"{where}.peak_flops: needs an entry for precision '{d.precision}'")
-            for k, v in d.peak_flops.items():
-                if k not in PRECISION_BYTES:
-                    raise InputError(f"{where}.peak_flops.{k}: unknown precision (known: {', '.join(PRECISION_BYTES)})")
-                _number(f"{where}.peak_flops.{k}", v, *_RATE)
-            _number(f"{where}.memory_bandwidth", d.memory_bandwidth, *_RATE)
-            _number(f"{where}.efficiency", d.efficiency, 0.0, 1.0, lo_open=True)
-            _number(f"{where}.op_overhead", d.op_overhead, *_SECONDS)
-            bad = [op for op in d.supported_ops if not op.strip()]
-            if bad:
-                raise InputError(f"{where}.supported_ops: empty op type")
         if d.alias and not d.plugin:
             raise InputError(f"{where}.plugin: an aliased device must name the plugin it registers")
-    _number(f"{source}: link.bandwidth", t.link.bandwidth, *_RATE)
-    for field in ("latency", "subgraph_overhead"):
-        _number(f"{source}: link.{field}", getattr(t.link, field), *_SECONDS)
+        if d.kind == "modeled":
+            if d.precision not in d.peak_flops:
+                raise InputError(f"{where}.peak_flops: needs an entry for precision '{d.precision}'")
+            if d.memory_bandwidth < RATE_MIN:
+                raise InputError(f"{where}.memory_bandwidth: a modeled device needs one in "
+                                 f"[{RATE_MIN:g}, {RATE_MAX:g}] bytes/s, got {d.memory_bandwidth!r}")
     return t
+
+
+def _message(source: str):
+    return lambda path, what: f"{source}: invalid target: {path}: {what}"
+
+
+def target_from(data, source: str) -> Target:
+    """A Target from decoded builtins (a TOML table, a JSON record), checked."""
+    return check_rules(convert(data, Target, _message(source)), source)
 
 
 def parse_target(data: bytes | str, source: str = "<target>") -> Target:
     try:
-        t = msgspec.toml.decode(data, type=Target)
-    except msgspec.ValidationError as e:
-        raise InputError(f"{source}: invalid target: {_with_path(str(e))}") from None
+        raw = msgspec.toml.decode(data)
     except msgspec.DecodeError as e:
         raise InputError(f"{source}: malformed TOML: {e}") from None
-    return validate_target(t, source)
+    return target_from(raw, source)
 
 
 def builtin_names() -> list[str]:
