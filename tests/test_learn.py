@@ -168,7 +168,7 @@ def test_one_update_changes_the_parameters(tmp_path):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
         init = HsdagNet(ModelConfig(lg.x.shape[1], lg.feature_width, hidden=32)).state_dict()
-    trained = load_checkpoint(str(ck))["state_dict"]
+    trained = load_checkpoint(str(ck)).state_dict
     changed = {k.split(".")[0] for k in init if not torch.equal(init[k], trained[k])}
     # the policy head, the GNN and the edge scorer (via the stochastic parse) all receive gradient
     assert {"head", "convs", "edge_mlp", "inp"} <= changed
@@ -238,7 +238,7 @@ def test_checkpoint_resume_continues_the_same_run(tmp_path):
     full = train(lg, ev, TrainConfig(episodes=4, seed=5, **FAST))
     ck = str(tmp_path / "run.pt")
     first = train(lg, ev, TrainConfig(episodes=2, seed=5, checkpoint=ck, **FAST))
-    assert first.episodes == 2 and load_checkpoint(ck)["episode"] == 2
+    assert first.episodes == 2 and load_checkpoint(ck).episode == 2
     rest = train(lg, ev, TrainConfig(episodes=4, seed=5, checkpoint=ck, policy=ck, **FAST))
     assert rest.resumed and rest.episodes == 4 and rest.samples == full.samples == 4 * FAST["samples"]
     sampled = [(r["episode"], r["latency_s"]) for r in full.curve if r["source"] == "sample"]
@@ -314,7 +314,7 @@ def test_single_device_placements_are_ordinary_candidates():
 def test_bad_options_are_input_errors():
     m = blocks_module()
     lg = build_learn_graph(m, build_problem(m, DEV2))
-    for bad in (dict(algo="a2c"), dict(reward="linear"), dict(samples=1), dict(lr=0.0)):
+    for bad in (dict(algo="a2c"), dict(reward_shape="linear"), dict(samples=1), dict(lr=0.0)):
         with pytest.raises(InputError):
             train(lg, reference(m), TrainConfig(**{**FAST, **bad}))
 

@@ -64,6 +64,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import GCNConv
 
+from hdp.learn.config import ModelConfig, ParseConfig  # noqa: F401  (part of this module's API)
 from hdp.learn.graph import LearnGraph
 from hdp.learn.parse import dominant_edges, merge, quotient
 
@@ -72,30 +73,6 @@ MAX_DEVICES = 16
 #: Per (group, device) cost features fed to the policy head.
 N_PAIR_FEATURES = 3
 _MASKED = -1e9
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Architecture; stored in checkpoints so a reused policy is rebuilt identically."""
-
-    in_width: int  # node input width (module features + cost features)
-    feature_width: int  # module feature width alone
-    cost_aware: bool = True
-    hidden: int = 128
-    gcn_layers: int = 2
-    device_dim: int = 16
-    cost_prior: float = 1.0  # initial weight of the cost prior in the logits
-    edge_prior: float = 4.0  # initial weight of the preference-similarity prior in the edge scores
-
-
-@dataclass(frozen=True)
-class ParseConfig:
-    """The parser's guards (not weights; see the module docstring)."""
-
-    threshold: float = 0.5
-    min_groups: int = 0  # 0: 2 x the number of devices
-    max_group_frac: float = 0.25
-    max_rounds: int = 4
 
 
 @dataclass

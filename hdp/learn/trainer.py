@@ -39,28 +39,32 @@ run; one of another problem only lends its weights (the feature width must match
 written after every episode, so a resumed run continues exactly where an uninterrupted one would be;
 a run stopped by a budget in mid-episode keeps that partial update and resumes at the start of the
 episode (a stop by time skips that update: the time is up). The training options themselves are
-not checked on resume: pass the same ones.
+not checked on resume: pass the same ones. The options (:class:`TrainConfig`) and a checkpoint's
+fields (:class:`Checkpoint`) are checked against their declared bounds (:mod:`hdp.learn.config`).
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable, Literal
 
+import msgspec
 import numpy as np
 import torch
+from msgspec import Meta
 
 from hdp.errors import HdpError, InputError
 from hdp.fsutil import atomic_path, atomic_write
+from hdp.learn.config import ModelConfig, ParseConfig, TrainConfig, Width
 from hdp.learn.graph import LearnGraph
-from hdp.learn.model import MAX_DEVICES, HsdagNet, ModelConfig, Output, ParseConfig, Problem, Round
+from hdp.learn.model import MAX_DEVICES, HsdagNet, Output, Problem, Round
+from hdp.validation import Count, Finite, NonNegative, Positive, convert
 
 CHECKPOINT_VERSION = 1
 _SINGLE_THREAD_BELOW = 4000
@@ -69,64 +73,6 @@ _SINGLE_THREAD_BELOW = 4000
 def _now() -> float:
     """The clock of budgets and deadlines (``time.monotonic``; tests replace it)."""
     return time.monotonic()
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Training options; defaults are the paper's (25 episodes × 20 placements, lr 1e-3, hidden 128)."""
-
-    episodes: int = 25
-    samples: int = 20
-    lr: float = 1e-3
-    hidden: int = 128
-    gcn_layers: int = 2
-    cost_prior: float = 1.0  # initial weight of the cost prior in the logits (cost-aware policies)
-    edge_prior: float = 4.0  # initial weight of the same-preference prior in the edge scores
-    algo: str = "reinforce"  # reinforce | ppo
-    reward: str = "neglog"  # neglog: -log(latency) | inverse: 1/latency
-    baseline: str = "batch"  # batch | ema
-    ema: float = 0.9
-    entropy: float = 0.01
-    ppo_epochs: int = 4
-    ppo_clip: float = 0.2
-    stochastic_parse: bool = True
-    parse: ParseConfig = ParseConfig()
-    max_placements: int = 0  # 0: no cap on evaluator calls
-    max_seconds: float = 0.0  # 0: no wall-clock cap
-    deadline: float | None = None  # time.monotonic() by which training ends (None: none)
-    reserve_evals: float = 0.0  # the caller compares up to this many evaluated placements afterwards
-    eval_estimate: float = 0.0  # seconds one evaluation is expected to take before any has run
-    patience: int = 0  # stop after this many placements in a row without a gain (0: never)
-    min_gain: float = 0.0  # relative improvement of the best that counts as a gain
-    top: int = 5  # distinct best placements listed in the result
-    seed: int = 0
-    warm_steps: int = 300
-    greedy_each: bool = True  # evaluate the policy's most likely placement after every update
-    fail_factor: float = 2.0
-    progress: bool | None = None  # None: tqdm shows a bar only on a terminal
-    report_dir: str | None = None
-    checkpoint: str | None = None  # written after every episode and at the end
-    policy: str | None = None  # checkpoint to resume (same problem) or reuse (another problem)
-
-    def check(self) -> None:
-        """Raise InputError naming the first bad option."""
-        if self.algo not in ("reinforce", "ppo"):
-            raise InputError(f"algo must be 'reinforce' or 'ppo', not '{self.algo}'")
-        if self.reward not in ("neglog", "inverse"):
-            raise InputError(f"reward shape must be 'neglog' or 'inverse', not '{self.reward}'")
-        if self.baseline not in ("batch", "ema"):
-            raise InputError(f"baseline must be 'batch' or 'ema', not '{self.baseline}'")
-        for name in ("episodes", "samples", "hidden", "max_placements", "warm_steps"):
-            if getattr(self, name) < 0:
-                raise InputError(f"{name} must be >= 0, not {getattr(self, name)}")
-        if self.samples == 1:
-            raise InputError("samples must be at least 2 (the baseline needs a batch)")
-        if not self.lr > 0:
-            raise InputError(f"lr must be > 0, not {self.lr}")
-        if min(self.max_seconds, self.entropy, self.reserve_evals, self.patience, self.eval_estimate) < 0:
-            raise InputError("max_seconds, entropy, reserve_evals, eval_estimate and patience must be >= 0")
-        if not 0 <= self.min_gain < 1:
-            raise InputError(f"min_gain must be in [0, 1), not {self.min_gain}")
 
 
 @dataclass
@@ -268,7 +214,7 @@ def _advantages(run: _Run, lats: list[float | None]) -> np.ndarray | None:
     if run.worst <= 0:
         return None  # nothing has succeeded yet: no scale for a penalty
     lat = np.array([run.cfg.fail_factor * run.worst if x is None else x for x in lats])
-    r = _reward(lat, run.cfg.reward)
+    r = _reward(lat, run.cfg.reward_shape)
     if run.cfg.baseline == "ema":
         base = r.mean() if run.ema is None else run.ema
         run.ema = r.mean() if run.ema is None else run.cfg.ema * run.ema + (1 - run.cfg.ema) * r.mean()
@@ -361,8 +307,8 @@ def _save(path: str, model: HsdagNet, opt, gen: torch.Generator, run: _Run, pc: 
     lg = run.p.graph
     ck = {
         "version": CHECKPOINT_VERSION,
-        "model_config": asdict(model.cfg),
-        "parse_config": asdict(pc),
+        "model_config": msgspec.structs.asdict(model.cfg),
+        "parse_config": msgspec.structs.asdict(pc),
         "state_dict": model.state_dict(),
         "optimizer": opt.state_dict(),
         "generator": gen.get_state(),
@@ -386,9 +332,61 @@ def _save(path: str, model: HsdagNet, opt, gen: torch.Generator, run: _Run, pc: 
         torch.save(ck, tmp)
 
 
-def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint written by :func:`train` and check it field by field; InputError naming
-    the file and the field when it is missing, unreadable or not a valid hdp policy checkpoint."""
+class CurveRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One row of the training curve (``curve.csv``)."""
+
+    index: Count
+    episode: Count
+    source: str
+    latency_s: Positive | Literal[""]  # "": the evaluation failed
+    failed: Literal[0, 1]
+    best_s: Positive | Literal[""]  # "": nothing succeeded yet
+    seconds: NonNegative
+
+
+class Checkpoint(msgspec.Struct, kw_only=True):
+    """A checkpoint as :func:`train` writes it, each field with its bounds (fields this hdp does
+    not know are ignored). What depends on the problem (tensor shapes, the optimizer's state, the
+    placements' size) is checked when it is loaded into a run."""
+
+    version: Annotated[int, Meta(ge=1)]  # <= CHECKPOINT_VERSION: load_checkpoint says so first
+    model_config: ModelConfig
+    parse_config: ParseConfig
+    state_dict: dict[str, torch.Tensor]
+    optimizer: dict
+    generator: torch.Tensor
+    digest: str
+    devices: list[str]
+    feature_width: Width
+    cost_aware: bool
+    episode: Count
+    samples: Count
+    evaluations: Count
+    failures: Count
+    worst: NonNegative
+    ema: Finite | None
+    best_latency: Annotated[float, Meta(gt=0)]  # inf: nothing succeeded yet
+    best_source: str
+    best_device_of: torch.Tensor | None
+    curve: list[CurveRow]
+    #: evaluated placements: the hex of an int16 device per tie group -> latency (None: failed)
+    cache: dict[Annotated[str, Meta(pattern="^(?:[0-9a-f]{4})*$")], Positive | None]
+
+    def __post_init__(self) -> None:
+        if self.generator.dtype != torch.uint8 or self.generator.dim() != 1:
+            raise ValueError("generator: must be a 1-D uint8 tensor (a torch.Generator state)")
+        bd = self.best_device_of
+        if bd is not None and (bd.dim() != 1 or bd.dtype.is_floating_point or bd.dtype.is_complex
+                               or bd.dtype == torch.bool):
+            raise ValueError("best_device_of: must be None or a 1-D integer tensor")
+        if bd is None and math.isfinite(self.best_latency):
+            raise ValueError("best_device_of: is None but best_latency is set")
+
+
+def load_checkpoint(path: str) -> Checkpoint:
+    """Read a checkpoint written by :func:`train` and check it against :class:`Checkpoint`;
+    InputError naming the file and the field when it is missing, unreadable or not a valid hdp
+    policy checkpoint."""
     if os.path.isdir(path):
         raise InputError(f"policy checkpoint '{path}' is a directory")
     try:
@@ -400,123 +398,19 @@ def load_checkpoint(path: str) -> dict:
                          f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
     if not isinstance(ck, dict) or "model_config" not in ck or "state_dict" not in ck:
         raise InputError(f"'{path}' is not an hdp policy checkpoint")
-    _check_fields(ck, path)
-    return ck
-
-
-#: Bounds of a checkpoint's architecture: beyond them building the network would exhaust memory.
-_ARCH_LIMITS = {"in_width": (1, 100_000), "feature_width": (0, 100_000), "hidden": (1, 4096),
-                "gcn_layers": (0, 32), "device_dim": (1, 1024)}
-_CURVE_COLS = ("index", "episode", "source", "latency_s", "failed", "best_s", "seconds")
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _check_fields(ck: dict, path: str) -> None:
-    """Every field :func:`train` reads from a checkpoint, by type and range."""
-
-    def bad(field: str, why: str):
-        raise InputError(f"policy checkpoint '{path}': field '{field}' {why}")
-
-    def need(field: str):
-        if field not in ck:
-            bad(field, "is missing")
-        return ck[field]
-
-    v = need("version")
-    if not _is_int(v) or v < 1:
-        bad("version", f"must be a positive integer, not {v!r}")
-    if v > CHECKPOINT_VERSION:
+    v = ck.get("version")
+    if isinstance(v, int) and v > CHECKPOINT_VERSION:
         raise InputError(f"policy checkpoint '{path}' has version {v}; this hdp reads up to {CHECKPOINT_VERSION}")
-    mc = need("model_config")
-    if not isinstance(mc, dict):
-        bad("model_config", "must be a dictionary")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    for k, val in mc.items():
-        if k not in known:
-            bad(f"model_config.{k}", "is not a model option")
-        if k in _ARCH_LIMITS:
-            lo, hi = _ARCH_LIMITS[k]
-            if not _is_int(val) or not lo <= val <= hi:
-                bad(f"model_config.{k}", f"must be an integer in [{lo}, {hi}], not {val!r}")
-        elif k == "cost_aware":
-            if not isinstance(val, bool):
-                bad("model_config.cost_aware", f"must be true or false, not {val!r}")
-        elif not _is_num(val) or not math.isfinite(val):
-            bad(f"model_config.{k}", f"must be a finite number, not {val!r}")
-    for k in ("in_width", "feature_width"):
-        if k not in mc:
-            bad(f"model_config.{k}", "is missing")
-    sd = need("state_dict")
-    if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in sd.items()):
-        bad("state_dict", "must map parameter names to tensors")
-    fw = need("feature_width")
-    if not _is_int(fw) or fw < 0:
-        bad("feature_width", f"must be a non-negative integer, not {fw!r}")
-    if not isinstance(need("cost_aware"), bool):
-        bad("cost_aware", f"must be true or false, not {ck['cost_aware']!r}")
-    if not isinstance(need("digest"), str):
-        bad("digest", "must be a string")
-    devs = need("devices")
-    if not isinstance(devs, list) or not all(isinstance(d, str) for d in devs):
-        bad("devices", "must be a list of device names")
-    for k in ("episode", "samples", "evaluations", "failures"):
-        x = need(k)
-        if not _is_int(x) or x < 0:
-            bad(k, f"must be a non-negative integer, not {x!r}")
-    w = need("worst")
-    if not _is_num(w) or not math.isfinite(w) or w < 0:
-        bad("worst", f"must be a finite number >= 0, not {w!r}")
-    e = need("ema")
-    if e is not None and (not _is_num(e) or not math.isfinite(e)):
-        bad("ema", f"must be a finite number or None, not {e!r}")
-    bl = need("best_latency")
-    if not _is_num(bl) or math.isnan(bl) or bl <= 0:
-        bad("best_latency", f"must be a number > 0, not {bl!r}")
-    if not isinstance(need("best_source"), str):
-        bad("best_source", "must be a string")
-    bd = need("best_device_of")
-    if bd is not None and (not isinstance(bd, torch.Tensor) or bd.dim() != 1 or bd.dtype.is_floating_point
-                           or bd.dtype.is_complex or bd.dtype == torch.bool):
-        bad("best_device_of", "must be None or a 1-D integer tensor")
-    if bd is None and math.isfinite(bl):
-        bad("best_device_of", "is None but best_latency is set")
-    curve = need("curve")
-    if not isinstance(curve, list) or not all(
-            isinstance(r, dict) and set(r) == set(_CURVE_COLS)
-            and all(isinstance(x, (str, int, float)) for x in r.values()) for r in curve):
-        bad("curve", f"must be a list of rows with the fields {', '.join(_CURVE_COLS)}")
-    cache = need("cache")
-    if not isinstance(cache, dict):
-        bad("cache", "must be a dictionary")
-    for k, x in cache.items():
-        if not isinstance(k, str) or len(k) % 4 or any(c not in "0123456789abcdef" for c in k):
-            bad("cache", f"has an invalid placement key {str(k)[:20]!r}")
-        if x is not None and (not _is_num(x) or not math.isfinite(x) or x <= 0):
-            bad("cache", f"has an invalid latency {x!r}")
-    gen = need("generator")
-    if not isinstance(gen, torch.Tensor) or gen.dtype != torch.uint8 or gen.dim() != 1:
-        bad("generator", "must be a 1-D uint8 tensor (a torch.Generator state)")
-    if not isinstance(need("optimizer"), dict):
-        bad("optimizer", "must be a dictionary (an optimizer state)")
+    return convert(ck, Checkpoint, lambda field, what: f"policy checkpoint '{path}': field '{field}' {what}")
 
 
-def _restore(ck: dict, path: str, lg: LearnGraph, model_cfg: ModelConfig) -> ModelConfig:
-    if ck["feature_width"] != lg.feature_width or ck["cost_aware"] != lg.cost_aware:
+def _restore(ck: Checkpoint, path: str, lg: LearnGraph) -> ModelConfig:
+    if ck.feature_width != lg.feature_width or ck.cost_aware != lg.cost_aware:
         raise InputError(
-            f"policy '{path}' was trained on {ck['feature_width']} features per op "
-            f"(cost_aware={ck['cost_aware']}); this model has {lg.feature_width} "
+            f"policy '{path}' was trained on {ck.feature_width} features per op "
+            f"(cost_aware={ck.cost_aware}); this model has {lg.feature_width} "
             f"(cost_aware={lg.cost_aware}): compute features with the same vocabulary, or train a new policy")
-    try:
-        cfg = ModelConfig(**ck["model_config"])
-    except TypeError as e:
-        raise InputError(f"policy checkpoint '{path}': field 'model_config' is invalid ({e})") from None
+    cfg = ck.model_config
     if cfg.in_width != lg.x.shape[1] or cfg.feature_width != lg.feature_width or cfg.cost_aware != lg.cost_aware:
         raise InputError(f"policy checkpoint '{path}': field 'model_config' describes inputs of width "
                          f"{cfg.in_width} (features {cfg.feature_width}, cost_aware={cfg.cost_aware}); this "
@@ -524,10 +418,10 @@ def _restore(ck: dict, path: str, lg: LearnGraph, model_cfg: ModelConfig) -> Mod
     return cfg
 
 
-def _load_weights(model: HsdagNet, ck: dict, path: str) -> None:
+def _load_weights(model: HsdagNet, ck: Checkpoint, path: str) -> None:
     """``model.load_state_dict`` after checking names, shapes and values of every tensor."""
     want = model.state_dict()
-    got = ck["state_dict"]
+    got = ck.state_dict
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))
     if missing or extra:
@@ -543,12 +437,12 @@ def _load_weights(model: HsdagNet, ck: dict, path: str) -> None:
     model.load_state_dict(got)
 
 
-def _load_run_state(ck: dict, path: str, model: HsdagNet, opt, gen: torch.Generator, run: "_Run",
+def _load_run_state(ck: Checkpoint, path: str, model: HsdagNet, opt, gen: torch.Generator, run: "_Run",
                     lg: LearnGraph) -> None:
     """Restore optimizer, generator and counters of a resumed run, each checked first."""
     fresh = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
     try:
-        opt.load_state_dict(ck["optimizer"])
+        opt.load_state_dict(ck.optimizer)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
         raise InputError(f"policy checkpoint '{path}': field 'optimizer' does not fit the network ({e})") from None
     for g, f in zip(opt.param_groups, fresh):  # hyperparameters come from this run, not the file
@@ -559,36 +453,35 @@ def _load_run_state(ck: dict, path: str, model: HsdagNet, opt, gen: torch.Genera
                     or (t.dtype.is_floating_point and not bool(torch.isfinite(t).all())):
                 raise InputError(f"policy checkpoint '{path}': field 'optimizer' has an invalid '{name}' state")
     try:
-        gen.set_state(ck["generator"])
+        gen.set_state(ck.generator)
     except (RuntimeError, TypeError) as e:
         raise InputError(f"policy checkpoint '{path}': field 'generator' is not a generator state ({e})") from None
-    bd = ck["best_device_of"]
+    bd = ck.best_device_of
     if bd is not None:
         bd = bd.numpy().astype(np.int64)
         if bd.shape != (lg.node_of_group.shape[0],) or (bd.size and (bd.min() < 0 or bd.max() >= lg.n_devices)):
             raise InputError(f"policy checkpoint '{path}': field 'best_device_of' does not fit this model "
                              f"({lg.node_of_group.shape[0]} groups, {lg.n_devices} devices)")
     width = 4 * lg.node_of_group.shape[0]  # hex of int16 per group
-    if any(len(k) != width for k in ck["cache"]):
+    if any(len(k) != width for k in ck.cache):
         raise InputError(f"policy checkpoint '{path}': field 'cache' holds placements of another size")
-    run.episode, run.samples, run.evaluations = ck["episode"], ck["samples"], ck["evaluations"]
-    run.failures, run.worst, run.ema = ck["failures"], float(ck["worst"]), ck["ema"]
-    run.best_latency, run.best_source = float(ck["best_latency"]), ck["best_source"]
+    run.episode, run.samples, run.evaluations = ck.episode, ck.samples, ck.evaluations
+    run.failures, run.worst, run.ema = ck.failures, ck.worst, ck.ema
+    run.best_latency, run.best_source = ck.best_latency, ck.best_source
     run.best_device_of = None if bd is None else bd.astype(np.int16)
-    run.curve = list(ck["curve"])
-    run.cache = {bytes.fromhex(k): (None if v is None else float(v)) for k, v in ck["cache"].items()}
+    run.curve = [msgspec.structs.asdict(r) for r in ck.curve]
+    run.cache = {bytes.fromhex(k): v for k, v in ck.cache.items()}
 
 
 def _write_report(report_dir: str, run: _Run, result: TrainResult) -> None:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
-    cols = ["index", "episode", "source", "latency_s", "failed", "best_s", "seconds"]
     with atomic_path(d / "curve.csv") as tmp, open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
+        w = csv.DictWriter(f, fieldnames=CurveRow.__struct_fields__)
         w.writeheader()
         w.writerows(run.curve)
     summary = {k: v for k, v in asdict(result).items() if k not in ("curve", "best_device_of")}
-    summary["config"] = asdict(run.cfg)
+    summary["config"] = msgspec.to_builtins(run.cfg)
     atomic_write(d / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
     try:
         import matplotlib
@@ -643,7 +536,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     ck = None
     if cfg.policy:
         ck = load_checkpoint(cfg.policy)
-        model_cfg = _restore(ck, cfg.policy, lg, model_cfg)
+        model_cfg = _restore(ck, cfg.policy, lg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = HsdagNet(model_cfg)
@@ -651,7 +544,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     problem = Problem(lg)
     run = _Run(problem, evaluate, cfg)
-    resumed = ck is not None and ck.get("digest") == lg.digest
+    resumed = ck is not None and ck.digest == lg.digest
     if ck is not None:
         _load_weights(model, ck, cfg.policy)
     if resumed:

@@ -303,9 +303,8 @@ def _train(o: Auto, ctx, win: Cand, evaluate, deadline, *, min_gain: float, rese
 
         evaluate = Simulator(p).latency
     lg = build_learn_graph(ctx.module, p)
-    cfg = TrainConfig(episodes=o.episodes, samples=o.samples, lr=o.lr, hidden=o.hidden, deadline=deadline,
-                      reserve_evals=reserve, patience=o.patience, min_gain=min_gain, seed=ctx.seed,
-                      progress=False, top=4)
+    cfg = TrainConfig.of(o, deadline=deadline, reserve_evals=reserve, min_gain=min_gain, seed=ctx.seed,
+                         progress=False, top=4)
     note_time("auto: learning setup", time.monotonic() - t0)
     t0 = time.monotonic()
     r = train(lg, evaluate, cfg, warm_start=(win.name, win.gd))

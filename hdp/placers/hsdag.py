@@ -28,6 +28,9 @@ cost_aware     true        feed the cost table to the network (false: features o
 timeout        120         seconds per measured placement before its worker is killed (--timeout)
 =============  ==========  ===============================================================
 
+Each option's bounds are declared on its field (:class:`hdp.placers.options.Hsdag`); the training
+options share theirs with :class:`hdp.learn.config.TrainConfig`, which they are passed to as they are.
+
 The network places the tie groups of the placement problem (grouped further by the coarse
 stage), so every placement it samples respects the legality rules. Every single-device placement
 is evaluated first as a candidate. Torch is imported only when the method runs.
@@ -172,10 +175,8 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         measurer.loaded()  # start the worker and read the model now, so that evaluations are predictable
     n_final = (1 + (warm is not None) + FINAL_LEARNED) if measurer is not None else 0
     note_time("hsdag: graph and warm start", time.monotonic() - t0)
-    cfg = TrainConfig(
-        episodes=o.episodes, samples=o.samples, lr=o.lr, hidden=o.hidden, algo=o.algo,
-        reward=o.reward_shape, baseline=o.baseline, entropy=o.entropy,
-        max_placements=o.placements, deadline=deadline, reserve_evals=n_final, seed=ctx.seed,
+    cfg = TrainConfig.of(
+        o, max_placements=o.placements, deadline=deadline, reserve_evals=n_final, seed=ctx.seed,
         eval_estimate=first_estimate(ctx, measurer) if measurer is not None else 0.0,
         top=len(candidates) + 2 + FINAL_LEARNED,
         report_dir=o.report or None, checkpoint=o.checkpoint or None, policy=o.policy or None)

@@ -11,11 +11,14 @@ imported only when a method runs (:func:`hdp.placers.implementation`).
 
 from __future__ import annotations
 
-from typing import ClassVar, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 import msgspec
+from msgspec import Meta
 
 from hdp.errors import InputError
+from hdp.learn.config import Algo, Baseline, Episodes, Hidden, LearningRate, RewardShape, Samples
+from hdp.validation import AtLeastOne, Count, NonNegative, Positive, Share, convert, recheck
 
 
 class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="method"):
@@ -35,7 +38,13 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return cls.__struct_config__.tag
 
     def check(self) -> None:
-        """Raise InputError naming the first unusable option."""
+        """InputError naming the first option outside its declared bounds (an option value built
+        in Python; :func:`method_from` checks while it converts)."""
+        recheck(self, self._message)
+
+    @classmethod
+    def _message(cls, path: str, what: str) -> str:
+        return f"{cls.name()} option '{path}' {what}"
 
     def stages(self, target=None) -> tuple[str, ...]:
         """Module stages this method needs on ``target`` (a Target, or None when unknown)."""
@@ -78,76 +87,50 @@ UNCALIBRATED_MARGIN = 0.15
 
 
 class Optimal(PlacerOptions, tag="optimal"):
-    solver: str = ""  # "" = mincut for 2 devices, ilp for more
-    time_limit: float = 60.0  # ILP seconds
-    mip_gap: float = 1e-4  # ILP relative gap at which HiGHS stops
-    boundary_penalty: float | None = None  # seconds per copy (default: the subgraph overhead)
+    solver: Literal["", "mincut", "ilp"] = ""  # "" = mincut for 2 devices, ilp for more
+    time_limit: Positive = 60.0  # ILP seconds
+    mip_gap: Share = 1e-4  # ILP relative gap at which HiGHS stops
+    boundary_penalty: NonNegative | None = None  # seconds per copy (default: the subgraph overhead)
     #: keep the best single device unless the optimum is predicted faster than it by more than this
     #: share of its latency; None: the noise of that prediction from the profile's per-op standard
     #: errors, with the calibration's error when calibrated (hdp.placers.classical), 0 on modeled costs
-    margin: float | None = None
+    margin: Annotated[float, Meta(ge=0, lt=1, description="a share of the best single device's latency")] | None = None
     needs = ("costs",)
     arg_field = "solver"
     summary = "exact optimum of the sequential cost model: min-cut (2 devices) or ILP (optimal:ilp, >2)"
-
-    def check(self) -> None:
-        if self.solver not in ("", "mincut", "ilp"):
-            raise InputError(f"optimal:{self.solver}: unknown solver (use optimal:mincut or optimal:ilp)")
-        if not self.time_limit > 0:
-            raise InputError(f"optimal: time_limit must be > 0, got {self.time_limit}")
-        if not 0 <= self.mip_gap < 1:
-            raise InputError(f"optimal: mip_gap must be in [0, 1), got {self.mip_gap}")
-        if self.boundary_penalty is not None and not 0 <= self.boundary_penalty < float("inf"):
-            raise InputError(f"optimal: boundary_penalty must be a finite number >= 0, got {self.boundary_penalty}")
-        if self.margin is not None and not 0 <= self.margin < 1:
-            raise InputError(f"optimal: margin must be in [0, 1) (a share of the best single device's latency), "
-                             f"got {self.margin}")
 
 
 class Hsdag(PlacerOptions, tag="hsdag"):
     """The learned placer (see hdp/placers/hsdag.py for each option's meaning)."""
 
-    reward: str = "auto"  # auto | simulate | measure
-    measure_runs: int = 10
-    budget: float = 120.0  # seconds for the whole placement (warm start, training, final choice), 0 = no limit
-    placements: int = 0  # max placements evaluated, 0 = no limit
-    episodes: int = 25
-    samples: int = 20
-    lr: float = 1e-3
-    hidden: int = 128
-    warm_start: str = "optimal"  # none | a placer name
+    reward: Literal["auto", "simulate", "measure"] = "auto"
+    measure_runs: AtLeastOne = 10
+    budget: NonNegative = 120.0  # seconds for the whole placement (warm start, training, final choice), 0 = no limit
+    placements: Count = 0  # max placements evaluated, 0 = no limit
+    episodes: Episodes = 25
+    samples: Samples = 20
+    lr: LearningRate = 1e-3
+    hidden: Hidden = 128
+    warm_start: str = "optimal"  # none | a placer name (not hsdag or auto)
     policy: str = ""  # checkpoint to resume or reuse
     checkpoint: str = ""  # checkpoint to write
     report: str = ""  # directory for curve.csv / curve.png / summary.json
-    algo: str = "reinforce"  # reinforce | ppo
-    entropy: float = 0.01
-    reward_shape: str = "neglog"  # neglog | inverse
-    baseline: str = "batch"  # batch | ema
+    algo: Algo = "reinforce"
+    entropy: NonNegative = 0.01
+    reward_shape: RewardShape = "neglog"
+    baseline: Baseline = "batch"
     cost_aware: bool = True
     needs = ("costs", "features", "coarse")
     arg_field = "reward"
     seeded = True
     summary = "HSDAG: GNN + graph parsing + policy gradient on simulated or measured latency (hsdag[:measure])"
 
-    def check(self) -> None:
-        if self.reward not in ("auto", "simulate", "measure"):
-            raise InputError(f"hsdag option 'reward': 'auto', 'simulate' or 'measure', not '{self.reward}'")
-        if self.measure_runs < 1:
-            raise InputError("hsdag option 'measure_runs' must be >= 1")
-        if not (0 <= self.budget < float("inf")) or self.placements < 0:
-            raise InputError("hsdag options 'budget' and 'placements' must be finite and >= 0")
-        for f in ("episodes", "samples", "hidden"):
-            if getattr(self, f) < 1:
-                raise InputError(f"hsdag option '{f}' must be >= 1")
-        if not 0 < self.lr < 1:
-            raise InputError(f"hsdag option 'lr' must be in (0, 1), got {self.lr}")
-        if not 0 <= self.entropy < float("inf"):
-            raise InputError(f"hsdag option 'entropy' must be a finite number >= 0, got {self.entropy}")
+    def __post_init__(self) -> None:
         warm = self.warm_start.partition(":")[0]
         if warm in ("hsdag", "auto"):
-            raise InputError(f"hsdag option 'warm_start' cannot be {warm} (it may run hsdag itself)")
+            raise ValueError(f"warm_start: cannot be {warm} (it may run hsdag itself)")
         if self.warm_start != "none" and warm not in METHODS:
-            raise InputError(f"hsdag option 'warm_start': unknown method '{self.warm_start}' (use none or one "
+            raise ValueError(f"warm_start: must be none or a method, not '{self.warm_start}' (use none or one "
                              f"of {', '.join(m for m in sorted(METHODS) if m not in ('hsdag', 'auto'))})")
 
 
@@ -155,20 +138,20 @@ class Auto(PlacerOptions, tag="auto"):
     """The default: cheap candidates, measured head to head, then measured learning where it can
     still win (see hdp/placers/auto.py for the stages and each option's meaning)."""
 
-    learn: str = "auto"  # auto (real targets only) | yes | no
-    budget: float = 30.0  # seconds for the whole placement (profile excluded), 0 = no limit
-    top: int = 2  # mixed candidates measured head to head with the best single devices
-    singles: int = 2  # single-device candidates measured head to head
+    learn: Literal["auto", "yes", "no"] = "auto"  # auto: on real targets only
+    budget: NonNegative = 30.0  # seconds for the whole placement (profile excluded), 0 = no limit
+    top: Count = 2  # mixed candidates measured head to head with the best single devices
+    singles: AtLeastOne = 2  # single-device candidates measured head to head
     # head to head: measure until differences of this size are resolved. Not finer than what a
     # head-to-head can see: two compiled instances of one graph differ by up to ~5 % here, and the
     # calibrated simulator's held-out error is 5.1 % (bench/README.md, Calibration)
-    resolution: float = 0.05
-    measure_runs: int = 5  # timed runs per placement measured while learning (median)
-    patience: int = 8  # stop learning after this many placements without a gain beyond noise
-    episodes: int = 50
-    samples: int = 8
-    hidden: int = 64
-    lr: float = 1e-3
+    resolution: Annotated[float, Meta(gt=0, lt=1)] = 0.05
+    measure_runs: AtLeastOne = 5  # timed runs per placement measured while learning (median)
+    patience: Count = 8  # stop learning after this many placements without a gain beyond noise
+    episodes: Episodes = 50
+    samples: Samples = 8
+    hidden: Hidden = 64
+    lr: LearningRate = 1e-3
     needs = ("costs",)
     arg_field = "learn"
     seeded = True
@@ -183,24 +166,6 @@ class Auto(PlacerOptions, tag="auto"):
         if self.learn == "auto":
             return target is not None and target.is_real
         return self.learn == "yes"
-
-    def check(self) -> None:
-        if self.learn not in ("auto", "yes", "no"):
-            raise InputError(f"auto option 'learn': 'auto', 'yes' or 'no', not '{self.learn}'")
-        if not 0 <= self.budget < float("inf"):
-            raise InputError(f"auto option 'budget' must be a finite number >= 0, got {self.budget}")
-        for f in ("top", "patience"):
-            if getattr(self, f) < 0:
-                raise InputError(f"auto option '{f}' must be >= 0")
-        for f in ("singles", "measure_runs", "episodes", "hidden"):
-            if getattr(self, f) < 1:
-                raise InputError(f"auto option '{f}' must be >= 1")
-        if self.samples < 2:
-            raise InputError("auto option 'samples' must be >= 2 (the baseline needs a batch)")
-        if not 0 < self.resolution < 1:
-            raise InputError(f"auto option 'resolution' must be in (0, 1), got {self.resolution}")
-        if not 0 < self.lr < 1:
-            raise InputError(f"auto option 'lr' must be in (0, 1), got {self.lr}")
 
 
 Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto]
@@ -233,9 +198,4 @@ def method_from(spec: str, options: dict | None = None) -> PlacerOptions:
         elif f.default is None and v.lower() in ("none", ""):
             data[k] = None
     data["method"] = name
-    try:
-        opts = msgspec.convert(data, cls, strict=False)
-    except msgspec.ValidationError as e:
-        raise InputError(f"method '{name}': invalid option: {e}") from None
-    opts.check()
-    return opts
+    return convert(data, cls, cls._message, strict=False)

@@ -1,0 +1,107 @@
+"""The learned placer's options, each declared once with its bounds (no torch here).
+
+:class:`TrainConfig` is what :func:`hdp.learn.trainer.train` takes; the placers that train
+(``hsdag``, ``auto``) expose some of its fields as their own options, under the same name and
+with the same declaration (:data:`PLACER_OPTIONS`; each method keeps its own defaults), and
+build the config with :meth:`TrainConfig.of`. :class:`ModelConfig` (the architecture, stored in
+checkpoints) and :class:`ParseConfig` (the parser's guards) live here too, so a checkpoint's
+architecture is checked against the same bounds as a training run's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from hdp.validation import AtLeastOne, Count, Finite, NonNegative, Share, recheck
+
+Episodes = AtLeastOne
+#: The REINFORCE and PPO updates compare the placements of one batch (advantage = reward minus
+#: the batch mean, over the batch's spread); one placement gives no update (``_update`` skips it).
+Samples = Annotated[int, Meta(ge=2, description="a policy update compares the placements of one batch")]
+LearningRate = Annotated[float, Meta(gt=0, lt=1)]
+#: Beyond these bounds building the network exhausts memory.
+Hidden = Annotated[int, Meta(ge=1, le=4096)]
+GcnLayers = Annotated[int, Meta(ge=0, le=32)]
+Width = Annotated[int, Meta(ge=0, le=100_000)]
+#: Seconds, times and counts of the run's budget: >= 0, inf meaning no limit (nan refused).
+Budget = Annotated[float, Meta(ge=0)]
+Algo = Literal["reinforce", "ppo"]
+RewardShape = Literal["neglog", "inverse"]
+Baseline = Literal["batch", "ema"]
+
+#: The TrainConfig fields a placer may expose as options of the same name and declaration.
+PLACER_OPTIONS = ("episodes", "samples", "lr", "hidden", "algo", "entropy", "reward_shape", "baseline", "patience")
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Architecture; stored in checkpoints so a reused policy is rebuilt identically."""
+
+    in_width: Annotated[int, Meta(ge=1, le=100_000)]  # node input width (module features + cost features)
+    feature_width: Width  # module feature width alone
+    cost_aware: bool = True
+    hidden: Hidden = 128
+    gcn_layers: GcnLayers = 2
+    device_dim: Annotated[int, Meta(ge=1, le=1024)] = 16
+    cost_prior: Finite = 1.0  # initial weight of the cost prior in the logits
+    edge_prior: Finite = 4.0  # initial weight of the preference-similarity prior in the edge scores
+
+
+class ParseConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The parser's guards (not weights; see :mod:`hdp.learn.model`)."""
+
+    threshold: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    min_groups: Count = 0  # 0: 2 x the number of devices
+    max_group_frac: Annotated[float, Meta(gt=0, le=1)] = 0.25
+    max_rounds: AtLeastOne = 4
+
+
+class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Training options; defaults are the paper's (25 episodes × 20 placements, lr 1e-3, hidden 128)."""
+
+    episodes: Episodes = 25
+    samples: Samples = 20
+    lr: LearningRate = 1e-3
+    hidden: Hidden = 128
+    gcn_layers: GcnLayers = 2
+    cost_prior: Finite = 1.0  # initial weight of the cost prior in the logits (cost-aware policies)
+    edge_prior: Finite = 4.0  # initial weight of the same-preference prior in the edge scores
+    algo: Algo = "reinforce"
+    reward_shape: RewardShape = "neglog"  # neglog: -log(latency) | inverse: 1/latency
+    baseline: Baseline = "batch"
+    ema: Annotated[float, Meta(ge=0, le=1)] = 0.9
+    entropy: NonNegative = 0.01
+    ppo_epochs: AtLeastOne = 4
+    ppo_clip: Annotated[float, Meta(gt=0, lt=1)] = 0.2
+    stochastic_parse: bool = True
+    parse: ParseConfig = ParseConfig()
+    max_placements: Count = 0  # 0: no cap on evaluator calls
+    max_seconds: Budget = 0.0  # 0: no wall-clock cap
+    deadline: Budget | None = None  # time.monotonic() by which training ends (None: none)
+    reserve_evals: Budget = 0.0  # the caller compares up to this many evaluated placements afterwards
+    eval_estimate: Budget = 0.0  # seconds one evaluation is expected to take before any has run
+    patience: Count = 0  # stop after this many placements in a row without a gain (0: never)
+    min_gain: Share = 0.0  # relative improvement of the best that counts as a gain
+    top: Count = 5  # distinct best placements listed in the result
+    seed: int = 0
+    warm_steps: Count = 300
+    greedy_each: bool = True  # evaluate the policy's most likely placement after every update
+    #: a failed placement is rewarded as this × the worst latency seen (>= 1: never better than it)
+    fail_factor: Annotated[float, Meta(ge=1, le=1e6)] = 2.0
+    progress: bool | None = None  # None: tqdm shows a bar only on a terminal
+    report_dir: str | None = None
+    checkpoint: str | None = None  # written after every episode and at the end
+    policy: str | None = None  # checkpoint to resume (same problem) or reuse (another problem)
+
+    @classmethod
+    def of(cls, options, **run) -> TrainConfig:
+        """The config of a placer's ``options``: the :data:`PLACER_OPTIONS` they declare, and the
+        fields of one run (deadline, seed, ...) as ``run``."""
+        own = {f.name for f in msgspec.structs.fields(options)}
+        return cls(**{k: getattr(options, k) for k in PLACER_OPTIONS if k in own}, **run)
+
+    def check(self) -> TrainConfig:
+        """InputError naming the first field outside its declared bounds."""
+        return recheck(self, lambda path, what: f"training option '{path}' {what}")
