@@ -95,7 +95,7 @@ class Link(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True
 
 class Target(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: NotBlank
-    devices: Annotated[list[Device], Meta(min_length=1, max_length=MAX_DEVICES)]
+    devices: Annotated[list[Device], Meta(max_length=MAX_DEVICES)]  # at least one: check_rules
     link: Link = Link()
     description: str = ""
 
@@ -122,6 +122,8 @@ def validate_target(t: Target, source: str) -> Target:
 def check_rules(t: Target, source: str) -> Target:
     """The rules between fields (the bounds of each field are declared); InputError naming the
     first field that breaks one."""
+    if not t.devices:  # a rule, not a bound: a Target value may hold none (in a worker request), one to place on may not
+        raise InputError(f"{source}: target has no devices (field 'devices')")
     names = [d.name for d in t.devices]
     for i, d in enumerate(t.devices):
         where = f"{source}: devices[{i}]"
