@@ -162,7 +162,7 @@ op_overhead = 5e-6
     ("f32 = 1e12", "f7 = 1e12", "devices[1].peak_flops: has a key that must be one of 'f64'"),
     ("f32 = 1e12", "f32 = 1e20", "devices[1].peak_flops.f32: must be a number in [1000, 1e+19], got 1e+20"),
     ("op_overhead = 5e-6", "op_overhead = 11.0", "devices[1].op_overhead: must be a number in [0, 10], got 11.0"),
-    ('name = "CPU"', 'name = "CPU"\nplugin = "C P U"', "devices[0].plugin: must be empty or a plugin name"),
+    ('name = "CPU"', 'name = "CPU"\nplugin = "C P U"', "devices[0].plugin: must be empty or 1 to 64 letters"),
     ('INFERENCE_PRECISION_HINT = "f32"', '" " = "f32"', "devices[0].config: has a key that must be a string that is not blank"),
     ('name = "t"', 'name = "t"\n[link]\nlatency = 20.0', "link.latency: must be a number in [0, 10], got 20.0"),
     ("memory_bandwidth = 100e9", "memory_bandwidth = 10.0", "devices[1].memory_bandwidth: a modeled device needs one"),

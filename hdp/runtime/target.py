@@ -63,14 +63,14 @@ Rate = Annotated[float, Meta(ge=RATE_MIN, le=RATE_MAX)]  # FLOP/s and bytes/s
 Seconds = Annotated[float, Meta(ge=0, le=10)]  # per-op, per-copy and per-subgraph overheads
 _NAME = r"[A-Za-z0-9_.\-]{1,64}"
 Name = Annotated[str, Meta(pattern=f"^{_NAME}$", description="1 to 64 letters, digits, '_', '.', '-'")]
+Plugin = Annotated[str, Meta(pattern=f"^(?:{_NAME})?$", description="empty or 1 to 64 letters, digits, '_', '.', '-'")]
 NotBlank = Annotated[str, Meta(pattern=r"\S", description="a string that is not blank")]
 
 
 class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: Name
     kind: Literal["real", "modeled"] = "real"
-    plugin: Annotated[str, Meta(pattern=f"^(?:{_NAME})?$", description="empty or a plugin name: 1 to 64 letters, "
-                                                                     "digits, '_', '.', '-'")] = ""  # "": the device's name
+    plugin: Plugin = ""  # "": the device's name
     alias: bool = False
     config: dict[NotBlank, str] = {}
     # modeled devices
@@ -122,7 +122,7 @@ def validate_target(t: Target, source: str) -> Target:
 def check_rules(t: Target, source: str) -> Target:
     """The rules between fields (the bounds of each field are declared); InputError naming the
     first field that breaks one."""
-    if not t.devices:  # a rule, not a bound: a Target value may hold none (in a worker request), one to place on may not
+    if not t.devices:  # a rule, not a bound: a Target value (in a worker request) may hold none
         raise InputError(f"{source}: target has no devices (field 'devices')")
     names = [d.name for d in t.devices]
     for i, d in enumerate(t.devices):
