@@ -55,6 +55,12 @@ def convert(data: Any, typ: Any, message: Message, strict: bool = True) -> Any:
         return msgspec.convert(data, typ, strict=strict)
     except msgspec.ValidationError as e:
         raise InputError(message(*explain(str(e), data, typ, strict))) from None
+    except Exception as e:  # noqa: BLE001  an odd object where a table belongs (a tensor, in a checkpoint)
+        found = _misplaced(data, typ, "")  # makes msgspec raise what reading it raises
+        if found is None:
+            raise InputError(message("", f"cannot be read ({type(e).__name__}: {e})")) from None
+        path, value = found
+        raise InputError(message(path, f"must be a dictionary, got {_show(value, Any, True)}")) from None
 
 
 def recheck(value: Any, message: Message) -> Any:
@@ -163,6 +169,22 @@ def _show(value: Any, t: Any, strict: bool) -> str:
     if isinstance(value, (list, tuple, dict)):
         return f"{'a dictionary' if isinstance(value, dict) else 'a list'} of {len(value)} items"
     return f"a {type(value).__name__}"
+
+
+def _misplaced(data: Any, t: Any, path: str) -> tuple[str, Any] | None:
+    """(path, value) of the first value that is not a dictionary where a Struct is declared."""
+    struct = next((m for m in _members(t) if isinstance(m, type) and issubclass(m, msgspec.Struct)), None)
+    if struct is not None:
+        if not isinstance(data, dict):
+            return path, data
+        for f in msgspec.structs.fields(struct):
+            if f.name in data and (found := _misplaced(data[f.name], f.type, _join(path, f.name))):
+                return found
+    elif isinstance(data, list) and any(typing.get_origin(m) is list for m in _members(t)):
+        for i, x in enumerate(data):
+            if found := _misplaced(x, _item_type(t, 0), f"{path}[{i}]"):
+                return found
+    return None
 
 
 def _join(path: str, name: str) -> str:
