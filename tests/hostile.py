@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -165,7 +164,7 @@ def entries(cache: str | os.PathLike, suffix: str = ".hdp") -> list[Path]:
 
 
 def special_file(path: str | os.PathLike, kind: str) -> Path:
-    """Replace ``path`` by a ``fifo``, a ``socket`` (bound, then its listener closed), a ``chardev``
+    """Replace ``path`` by a ``fifo``, a ``socket`` (a socket inode with no listener), a ``chardev``
     (/dev/null's numbers; needs root) or a ``symlink`` to /dev/zero."""
     path = Path(path)
     if path.exists() or path.is_symlink():
@@ -173,11 +172,9 @@ def special_file(path: str | os.PathLike, kind: str) -> Path:
     if kind == "fifo":
         os.mkfifo(path)
     elif kind == "socket":
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.bind(str(path))
-        finally:
-            s.close()
+        # What a bound-then-closed listener leaves; mknod needs no privilege for a socket, and no
+        # AF_UNIX address either (those stop at 108 bytes, shorter than pytest's tmp paths).
+        os.mknod(path, 0o600 | stat.S_IFSOCK)
     elif kind == "chardev":
         os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     elif kind == "symlink":
