@@ -46,6 +46,40 @@ def ov_message(e: BaseException) -> str:
     return re.sub(r"^(Exception from \S+:\s*|\[ GENERAL_ERROR \]\s*)", "", msg)
 
 
+def _in_thread(fn, name: str):
+    """Start ``fn()`` in a thread; returns a function that waits for it and gives its result (or
+    raises its exception). The check compiles the original for reference while it compiles the
+    placement: both are the plugins' own work, outside the GIL, 10+ s each on a 20,000-op model.
+
+    pybind11 initialises its numpy bridge on first use under a lock that two threads reaching it
+    at once can deadlock on (seen: both threads in ``Type.to_dtype``); it is initialised here,
+    in the calling thread, before the other starts."""
+    import threading
+
+    import openvino as ov
+
+    np.asarray(ov.Tensor(np.zeros(1, np.float32)).data)
+    ov.Type.f32.to_dtype()
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised in the waiting thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+
+    def wait():
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    return wait
+
+
 def random_inputs(model, seed: int = 0, shapes=None) -> list:
     """Fixed random data of each input's element type and (static) shape, or of ``shapes`` (one
     per input) for a dynamic model (an ``attention_mask`` of ones and a ``beam_idx`` that keeps
@@ -402,13 +436,15 @@ class Worker:
         else:
             model = self._placed_model(list(req.placement.devices), np.frombuffer(req.placement.device_of, np.int16))
         used = _set_affinity(model, req.rename)
-        reference = self._reference_outputs(runs)
         t0 = time.perf_counter()
+        reference = _in_thread(lambda: self._reference_outputs(runs), "hdp-check-reference")
         try:
             compiled = self.core(tuple(used)).compile_model(model, hetero_name(used), {})
             got = self._run_all(compiled, runs)
         except Exception as e:  # noqa: BLE001 - the check's verdict, not a worker failure
+            reference()  # (its own failure, if any, is the worker's)
             return P.Checked(passed=False, error=ov_message(e), seconds=time.perf_counter() - t0)
+        reference = reference()
         worst, where = 0.0, ""
         for k, (a_run, b_run) in enumerate(zip(got, reference)):
             for j, (a, b) in enumerate(zip(a_run, b_run)):
