@@ -141,10 +141,22 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("llama-tiny", "transformers LlamaForCausalLM, 2 layers, hidden 64, GQA 4/2 heads, "
                  "vocab 512, sequence 16", _TRANSFORMERS, _hf("llama", "tiny"), shapes=_ALL_SHAPES,
                  group_size=16, size="tiny"),
+        ZooModel("llama-tiny-8l", "transformers LlamaForCausalLM, 8 layers, hidden 64, GQA 4/2 heads, "
+                 "vocab 512, sequence 16", _TRANSFORMERS, _hf("llama", "tiny-8l"), shapes=_ALL_SHAPES,
+                 group_size=16, size="tiny"),
+        ZooModel("phi3-tiny", "transformers Phi3ForCausalLM (fused qkv and gate/up projections), 2 layers, "
+                 "hidden 64, 4 heads, vocab 512, sequence 16", _TRANSFORMERS, _hf("phi3", "tiny"),
+                 shapes=_ALL_SHAPES, group_size=16, size="tiny"),
+        ZooModel("phi3-tiny-8l", "transformers Phi3ForCausalLM (fused qkv and gate/up projections), 8 layers, "
+                 "hidden 64, 4 heads, vocab 512, sequence 16", _TRANSFORMERS, _hf("phi3", "tiny-8l"),
+                 shapes=_ALL_SHAPES, group_size=16, size="tiny"),
         ZooModel("qwen2", "transformers Qwen2ForCausalLM shaped like Qwen2.5-0.5B, sequence 128",
                  _TRANSFORMERS, _hf("qwen2", "qwen2.5-0.5b"), shapes=_ALL_SHAPES),
         ZooModel("qwen2-tiny", "transformers Qwen2ForCausalLM, 2 layers, hidden 64, GQA 4/2 heads, "
                  "vocab 512, sequence 16", _TRANSFORMERS, _hf("qwen2", "tiny"), shapes=_ALL_SHAPES,
+                 group_size=16, size="tiny"),
+        ZooModel("qwen2-tiny-8l", "transformers Qwen2ForCausalLM, 8 layers, hidden 64, GQA 4/2 heads, "
+                 "vocab 512, sequence 16", _TRANSFORMERS, _hf("qwen2", "tiny-8l"), shapes=_ALL_SHAPES,
                  group_size=16, size="tiny"),
         ZooModel("vit", "transformers ViTForImageClassification (ViT-B/16), 1x3x224x224",
                  _TRANSFORMERS, _hf("vit", "base")),

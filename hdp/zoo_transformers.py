@@ -56,12 +56,26 @@ PRESETS: dict[tuple[str, str], tuple[str, dict[str, Any], int]] = {
                                                     num_hidden_layers=24, num_attention_heads=14,
                                                     num_key_value_heads=2, max_position_embeddings=32768,
                                                     rms_norm_eps=1e-6, tie_word_embeddings=True), 128),
+    ("llama", "tiny-8l"): ("LlamaConfig", dict(_TEXT_TINY, **_LM_TINY, hidden_size=64, intermediate_size=128,
+                                               num_hidden_layers=8, num_attention_heads=4,
+                                               num_key_value_heads=2), 16),
+    ("qwen2", "tiny-8l"): ("Qwen2Config", dict(_TEXT_TINY, **_LM_TINY, hidden_size=64, intermediate_size=128,
+                                               num_hidden_layers=8, num_attention_heads=4,
+                                               num_key_value_heads=2), 16),
+    # Phi-3: fused qkv_proj and gate_up_proj (split by Slice/VariadicSplit), full multi-head attention
+    ("phi3", "tiny"): ("Phi3Config", dict(_TEXT_TINY, **_LM_TINY, hidden_size=64, intermediate_size=128,
+                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                          pad_token_id=0, bos_token_id=1, eos_token_id=2), 16),
+    ("phi3", "tiny-8l"): ("Phi3Config", dict(_TEXT_TINY, **_LM_TINY, hidden_size=64, intermediate_size=128,
+                                             num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=4,
+                                             pad_token_id=0, bos_token_id=1, eos_token_id=2), 16),
     ("vit", "tiny"): ("ViTConfig", dict(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, intermediate_size=128, num_labels=10), 32),
     ("vit", "base"): ("ViTConfig", dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
                                         num_attention_heads=12, intermediate_size=3072, num_labels=1000), 224),
 }
-_DECODERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+_DECODERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+             "phi3": "Phi3ForCausalLM"}
 
 
 def build(kind: str, preset: str, shape: str):

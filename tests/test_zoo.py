@@ -54,7 +54,8 @@ def _op_counts(xml: Path) -> Counter:
 def test_unknown_name_lists_known_models(tmp_path):
     with pytest.raises(InputError, match="unknown zoo model 'vgg16'; known: bert, bert-tiny, bert_base, "
                                          "densenet-tiny, densenet121, gpt2, gpt2-tiny, inception_v3, llama, "
-                                         "llama-tiny, mobilenet_v2, mobilenet_v2-tiny, qwen2, qwen2-tiny, "
+                                         "llama-tiny, llama-tiny-8l, mobilenet_v2, mobilenet_v2-tiny, phi3-tiny, "
+                                         "phi3-tiny-8l, qwen2, qwen2-tiny, qwen2-tiny-8l, "
                                          r"resnet50, vit, vit-tiny \(each takes options"):
         zoo.export("vgg16", tmp_path / "m.xml")
     assert not (tmp_path / "m.xml").exists()
@@ -417,8 +418,8 @@ def test_generate_follows_given_tokens():
 
 # --- tiny real exports (slow: torch/transformers/keras import and a few seconds per model) ------------
 
-TINY_LMS = ("gpt2-tiny", "llama-tiny", "qwen2-tiny")
-TINY_TEXT = {"gpt2-tiny": 2, "llama-tiny": 2, "qwen2-tiny": 2}  # layers
+TINY_LMS = ("gpt2-tiny", "llama-tiny", "qwen2-tiny", "phi3-tiny", "llama-tiny-8l")
+TINY_TEXT = {"gpt2-tiny": 2, "llama-tiny": 2, "qwen2-tiny": 2, "phi3-tiny": 2, "llama-tiny-8l": 8}  # layers
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
 
