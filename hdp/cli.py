@@ -247,6 +247,10 @@ def _method_report(module, tgt, schedule, timing_rows: list[dict], stage_rows: l
         if info.get("final"):
             lines.append(f"hsdag: lowest sampled median {info.get('sampled_best')}; final choice:")
             lines += [f"hsdag: {x}" for x in info["final"].splitlines()]
+    if info.get("untangled_groups"):
+        was = f"; simulated {float(info['untangled_from_s']) * 1e3:.3f} ms before" if info.get("untangled_from_s") else ""
+        lines.append(f"{method}: moved {info['untangled_groups']} tie groups to other devices so that HETERO "
+                     f"cuts no subgraph holding a state (ReadValue/Assign; see hdp.placement.subgraphs){was}")
     if info.get("fallback"):
         lines.append(f"(the placement above failed its check; written instead: every op on {info['fallback'][7:]})")
     if "simulated" in info:

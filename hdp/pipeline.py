@@ -17,7 +17,7 @@ from hdp.runtime.target import Target
 T = TypeVar("T")
 
 #: Bump when the frontend's output changes for the same model file.
-FRONTEND_VERSION = 3
+FRONTEND_VERSION = 4
 
 
 def lower_cached(xml: str | Path, request, cache: PassCache | None,

@@ -133,6 +133,100 @@ def build_stateful_lm(vocab=40, hidden=32, heads=2, layers=2):
     return ov.Model([ops.result(logits, name="logits")], sinks, [ids, mask, pos, beam], "stateful_lm")
 
 
+def build_llama_lm(vocab=40, hidden=32, heads=2, layers=2):
+    """A Llama-like decoder in optimum-intel's stateful layout, as ``ov.convert_model`` writes a
+    transformers Llama: ``input_ids``, ``attention_mask``, ``position_ids`` ``[?,?]`` and
+    ``beam_idx`` ``[?]``; rotary embedding (cos/sin) computed once from ``position_ids``; a causal
+    mask ``[batch, 1, new, total]`` from ``attention_mask`` and the lengths ShapeOf reads from
+    ``input_ids`` and ``attention_mask``; per layer an RMS norm, q/k/v projections reshaped to heads
+    by a shape computed from ``input_ids``, rotary applied to q and k, the key and value states in
+    ReadValue/Assign (initialiser: zeros of ``[batch of input_ids, heads, 0, head_dim]``, reordered
+    by ``beam_idx``), masked ScaledDotProductAttention, output projection and a SiLU MLP."""
+    import openvino as ov
+    from openvino import opset13 as ops
+    from openvino.op.util import Variable, VariableInfo
+
+    rng = np.random.default_rng(3)
+    d = hidden // heads
+
+    def const(*shape, scale=0.3):
+        return ops.constant((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def i64(*v):
+        return ops.constant(np.array(v, np.int64))
+
+    ids = _named(ops.parameter([-1, -1], np.int64, name="input_ids"), "input_ids")
+    mask = _named(ops.parameter([-1, -1], np.int64, name="attention_mask"), "attention_mask")
+    pos = _named(ops.parameter([-1, -1], np.int64, name="position_ids"), "position_ids")
+    beam = _named(ops.parameter([-1], np.int32, name="beam_idx"), "beam_idx")
+    h = ops.gather(const(vocab, hidden, scale=1.0), ids, i64(0), name="embed_tokens")
+    # rotary embedding from position_ids: [B, 1, S, d]
+    inv_freq = ops.constant((1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32).reshape(1, -1, 1))
+    freqs = ops.transpose(ops.matmul(ops.broadcast(inv_freq, ops.concat([_dims(ops.shape_of(pos), 0), i64(d // 2, 1)], 0)),
+                                     ops.convert(ops.unsqueeze(pos, i64(1)), np.float32), False, False),
+                          i64(0, 2, 1), name="rotary_emb.freqs")
+    angles = ops.concat([freqs, freqs], -1)
+    cos = ops.unsqueeze(ops.cos(angles, name="rotary_emb.cos"), i64(1))
+    sin = ops.unsqueeze(ops.sin(angles, name="rotary_emb.sin"), i64(1))
+    # causal mask from attention_mask and the lengths: [B, 1, S, T]
+    ids_shape = ops.shape_of(ids, name="ids_shape")
+    one, zero = ops.constant(np.int64(1)), ops.constant(np.int64(0))
+    new = ops.gather(ids_shape, one, zero)
+    total = ops.gather(ops.shape_of(mask), one, zero)
+    q_pos = ops.range(ops.subtract(total, new), total, one, "i64")
+    k_pos = ops.range(zero, total, one, "i64")
+    causal = ops.less_equal(ops.unsqueeze(k_pos, i64(0)), ops.unsqueeze(q_pos, i64(1)))
+    padded = ops.convert(ops.unsqueeze(mask, i64(1, 2)), np.bool_)
+    bias = ops.select(ops.logical_and(causal, padded), ops.constant(np.float32(0)),
+                      ops.constant(np.float32(-1e4)), name="causal_mask")
+    heads_shape = ops.concat([_dims(ids_shape, 0, 1), i64(heads, d)], 0, name="heads_shape")
+    merge_shape = ops.concat([_dims(ids_shape, 0, 1), i64(hidden)], 0, name="merge_shape")
+    init_shape = ops.concat([_dims(ids_shape, 0), i64(heads, 0, d)], 0, name="state_init_shape")
+
+    def rms(x, name):
+        var = ops.reduce_mean(ops.multiply(x, x), i64(-1), True)
+        return ops.multiply(ops.divide(x, ops.sqrt(ops.add(var, ops.constant(np.float32(1e-6))))),
+                            ops.constant(np.ones(hidden, np.float32)), name=name)
+
+    def rotary(x):
+        half = ops.concat([ops.negative(ops.slice(x, i64(d // 2), i64(d), i64(1), i64(3))),
+                           ops.slice(x, i64(0), i64(d // 2), i64(1), i64(3))], -1)
+        return ops.add(ops.multiply(x, cos), ops.multiply(half, sin))
+
+    sinks = []
+    for layer in range(layers):
+        x = rms(h, f"layers.{layer}.input_layernorm")
+
+        def proj(what):
+            y = ops.matmul(x, const(hidden, hidden), False, False, name=f"layers.{layer}.{what}_proj")
+            return ops.transpose(ops.reshape(y, heads_shape, False), i64(0, 2, 1, 3))
+
+        q, kv = rotary(proj("q")), []
+        for what, cur in (("key", rotary(proj("k"))), ("value", proj("v"))):
+            info = VariableInfo()
+            info.data_shape = ov.PartialShape([-1, heads, -1, d])
+            info.data_type = ov.Type.f32
+            info.variable_id = f"past_key_values.{layer}.{what}present.{layer}.{what}"
+            var = Variable(info)
+            init = ops.broadcast(ops.constant(np.float32(0)), init_shape)
+            past = ops.gather(ops.read_value(init, var, name=f"past.{layer}.{what}"), beam, i64(0))
+            state = ops.concat([past, cur], 2, name=f"present.{layer}.{what}")
+            sink = ops.assign(state, var)
+            sink.set_friendly_name(f"assign.{layer}.{what}")
+            sinks.append(sink)
+            kv.append(state)
+        a = ops.scaled_dot_product_attention(q, kv[0], kv[1], bias, causal=False, name=f"layers.{layer}.sdpa")
+        a = ops.reshape(ops.transpose(a, i64(0, 2, 1, 3)), merge_shape, False)
+        h = ops.add(h, ops.matmul(a, const(hidden, hidden), False, False, name=f"layers.{layer}.o_proj"))
+        y = rms(h, f"layers.{layer}.post_attention_layernorm")
+        gate = ops.swish(ops.matmul(y, const(hidden, 2 * hidden), False, False, name=f"layers.{layer}.gate_proj"))
+        up = ops.matmul(y, const(hidden, 2 * hidden), False, False, name=f"layers.{layer}.up_proj")
+        h = ops.add(h, ops.matmul(ops.multiply(gate, up), const(2 * hidden, hidden), False, False,
+                                  name=f"layers.{layer}.down_proj"), name=f"layers.{layer}.residual")
+    logits = ops.matmul(rms(h, "norm"), const(hidden, vocab, scale=1.0), False, False, name="lm_head")
+    return ov.Model([ops.result(logits, name="logits")], sinks, [ids, mask, pos, beam], "llama_lm")
+
+
 def save(model, path):
     import openvino as ov
 

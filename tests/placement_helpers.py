@@ -29,7 +29,7 @@ LAT, BW, OVH = 1e-3, 1e3, 1e-2  # one copy of b bytes: 1e-3 + b * 1e-3 seconds
 
 
 def make_module(types, edges, op_time, edge_bytes=None, support=None, src_port=None,
-                lat=LAT, bw=BW, ovh=OVH, ties=None, fragile=None) -> Module:
+                lat=LAT, bw=BW, ovh=OVH, ties=None, fragile=None, live_shapes=None) -> Module:
     """A Module from op types, (src, dst) edges in topological order and a time table; ops are
     named ``op<i>``."""
     n = len(types)
@@ -38,7 +38,8 @@ def make_module(types, edges, op_time, edge_bytes=None, support=None, src_port=N
     ops = [Op(f"op{i}", t, ((1,),) * 2, ("f32",) * 2) for i, t in enumerate(types)]
     e = np.asarray(edges, np.int64).reshape(-1, 2)
     eb = np.ones(len(e), np.int64) if edge_bytes is None else edge_bytes
-    g = graph_from_edges(ops, e[:, 0], e[:, 1], eb, src_port=src_port, fragile=fragile, ties=ties)
+    g = graph_from_edges(ops, e[:, 0], e[:, 1], eb, src_port=src_port, fragile=fragile, ties=ties,
+                         live_shapes=live_shapes)
     costs = Costs(devices=devs, op_time=Array.of(op_time), kind=("modeled",) * len(devs),
                   link_latency=lat, link_bandwidth=bw, subgraph_overhead=ovh)
     sup = None if support is None else Support(devs, Array.of(np.asarray(support, bool)))

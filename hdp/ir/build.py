@@ -19,6 +19,7 @@ def graph_from_edges(
     renamed: dict[str, str] | None = None,
     fragile=None,
     ties=None,
+    live_shapes=None,
 ) -> Graph:
     """Build a Graph whose ops are already in topological order.
 
@@ -51,6 +52,7 @@ def graph_from_edges(
         renamed=dict(renamed or {}),
         fragile=None if fragile is None or not np.any(fragile) else Array.of(fragile, np.bool_),
         ties=None if ties is None or not len(ties) else Array.of(np.asarray(ties).reshape(-1, 2), np.int32),
+        live_shapes=None if live_shapes is None or not np.any(live_shapes) else Array.of(live_shapes, np.bool_),
     )
 
 

@@ -950,12 +950,12 @@ def _et_name(et) -> str:
 
 
 def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = None,
-                fragile=None, ties=None) -> Module:
+                fragile=None, ties=None, live=None) -> Module:
     """Lower a static-shaped ``ov.Model`` (such as :func:`specialise` returns) into a Module.
-    ``fragile`` and ``ties`` (per op position) come from the model as it will be written
-    (:func:`~hdp.ir.openvino_legalize.fragile_ops`, :func:`~hdp.ir.openvino_legalize.state_ties`);
-    by default they are computed on ``model`` itself."""
-    from hdp.ir.openvino_legalize import fragile_ops, state_ties
+    ``fragile``, ``ties`` and ``live`` (per op position) come from the model as it will be written
+    (:func:`~hdp.ir.openvino_legalize.fragile_ops`, :func:`~hdp.ir.openvino_legalize.state_ties`,
+    :func:`~hdp.ir.openvino_legalize.live_shapes`); by default they are computed on ``model`` itself."""
+    from hdp.ir.openvino_legalize import fragile_ops, live_shapes, state_ties
 
     ov_ops = list(model.get_ordered_ops())
     names, renamed = unique_names(ov_ops)
@@ -996,7 +996,9 @@ def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = 
         fragile = fragile_ops(model)
     if ties is None:
         ties = state_ties(ov_ops)
-    graph = graph_from_edges(ops, src, dst, eb, sp, dp, renamed, fragile=fragile, ties=ties)
+    if live is None:
+        live = live_shapes(ov_ops)
+    graph = graph_from_edges(ops, src, dst, eb, sp, dp, renamed, fragile=fragile, ties=ties, live_shapes=live)
     meta = {"source": source, "model_name": model.get_friendly_name() or ""}
     meta.update(extra_meta or {})
     return Module(graph=graph, meta=meta)
@@ -1013,12 +1015,13 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
     """Lower a specialisation of ``model``, read from ``xml`` by :func:`read_model` (and left
     unchanged), recording its source and the specialisation."""
     xml = Path(xml)
-    from hdp.ir.openvino_legalize import fragile_ops, state_ties
+    from hdp.ir.openvino_legalize import fragile_ops, live_shapes, state_ties
 
     spec = plan_specialisation(model, xml, as_request(request))
     check_input_sizes(spec, xml)
     fragile = fragile_ops(model)  # on the model as it will be written, dynamic shapes kept
     ties = state_ties(list(model.get_ordered_ops()))
+    live = live_shapes(list(model.get_ordered_ops()))
     static = specialise(model, spec, xml)
     if op_structure(static.get_ordered_ops()) != op_structure(model.get_ordered_ops()):
         raise InputError(f"{xml}: specialising the model changed its graph (an OpenVINO shape inference "
@@ -1029,7 +1032,7 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
         meta.update(state_shapes=spec.state_shapes(), phase=spec.phase)
     if spec.seq_len:
         meta["seq_len"] = str(spec.seq_len)
-    module = lower_model(static, source=str(xml.resolve()), extra_meta=meta, fragile=fragile, ties=ties)
+    module = lower_model(static, source=str(xml.resolve()), extra_meta=meta, fragile=fragile, ties=ties, live=live)
     check_tensor_sizes(module, xml, spec)
     return module
 

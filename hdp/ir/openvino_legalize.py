@@ -6,6 +6,9 @@
   over such a tensor fails (``model input (shape=[?,1,?,?]) and the tensor (shape=(0.0.0.0)) are
   incompatible``).
 - :func:`state_ties` (lowering): ReadValue/Assign pairs of one state variable.
+- :func:`live_shapes` (lowering): ShapeOfs of dynamic-shaped tensors, which :func:`legalize`
+  cannot fold: each is an edge from its input's producer in the written model, which HETERO's
+  splitter sees like any other (:mod:`hdp.placement.subgraphs`).
 - :func:`legalize` (writing a placement over several devices): every consumer of constant data or
   of a replicated chain gets its own copy on its own device (the first consumer keeps the
   original), and a ShapeOf of a static-shaped tensor becomes the Constant it folds to — so no
@@ -89,6 +92,13 @@ def fragile_ops(model) -> np.ndarray:
     return out
 
 
+def live_shapes(ov_ops) -> np.ndarray:
+    """bool per op: a ShapeOf whose input shape is dynamic (it stays in the written model;
+    :func:`legalize` folds the others)."""
+    return np.array([op.get_type_name() == "ShapeOf" and not op.input(0).get_partial_shape().is_static
+                     for op in ov_ops], bool)
+
+
 def state_ties(ov_ops) -> list[tuple[int, int]]:
     """(ReadValue position, Assign position) for every state variable that has both."""
     reads: dict[str, list[int]] = {}
@@ -105,8 +115,10 @@ def state_ties(ov_ops) -> list[tuple[int, int]]:
 
 
 def _chain(out, keep: set) -> tuple[set, dict]:
-    """The nodes of ``keep`` producing ``out``, walking up through them but not through a
-    ShapeOf's data input; and the inputs that enter the chain from outside, by source."""
+    """The nodes of ``keep`` producing ``out``, walking up through them (a ShapeOf's data input
+    included: a ShapeOf of a dynamic tensor stays an edge from it at run time, and a chain node
+    shared by two copies would join their HETERO subgraphs); and the inputs that enter the chain
+    from outside, by source."""
     seen, stack, boundary = set(), [out.get_node()], {}
     while stack:
         n = stack.pop()
@@ -116,7 +128,7 @@ def _chain(out, keep: set) -> tuple[set, dict]:
         for i in n.inputs():
             s = i.get_source_output()
             node = s.get_node()
-            if node in keep and n.get_type_name() != "ShapeOf":
+            if node in keep:
                 stack.append(node)
             else:
                 boundary.setdefault((node, s.get_index()), []).append(i)

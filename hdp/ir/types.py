@@ -17,7 +17,8 @@ import msgspec
 #: Bump when the encoded layout of Module changes; readers refuse newer schemas.
 #: 2: ``Graph.fragile`` and ``Graph.ties`` (schema-1 modules decode with neither).
 #: 3: ``Costs.op_se`` and ``Costs.device_class`` (older modules decode with neither).
-SCHEMA_VERSION = 3
+#: 4: ``Graph.live_shapes`` (older modules decode without it).
+SCHEMA_VERSION = 4
 
 #: Module fields that passes may require or provide, in pipeline order.
 STAGES = ("graph", "features", "support", "costs", "coarse", "partition", "placement")
@@ -80,6 +81,10 @@ class Graph(msgspec.Struct, frozen=True, gc=False):
     #: int32 (k, 2): pairs of ops that must run on one device (ReadValue and Assign of one
     #: state variable). None: no pair.
     ties: Array | None = None
+    #: bool per op: a ShapeOf whose input has a dynamic shape in the model as written, so at run
+    #: time it reads that input (the written model folds every other ShapeOf into a Constant). For
+    #: HETERO such a ShapeOf is an edge from the input's producer. None: no op is.
+    live_shapes: Array | None = None
 
     @property
     def n_ops(self) -> int:

@@ -117,6 +117,9 @@ def verify(m: Module) -> None:
     sp = arr(g.src_port, "graph.src_port", "int", 1, (e,))
     dp = arr(g.dst_port, "graph.dst_port", "int", 1, (e,))
     _csr(indptr, idx, n, "graph")
+    for field in ("fragile", "live_shapes"):
+        if getattr(g, field) is not None:
+            arr(getattr(g, field), f"graph.{field}", "bool", 1, (n,))
     if e:
         _check(int(eb.min()) >= 0, "graph.edge_bytes: negative byte count")
         _check(int(dp.min()) >= 0, "graph.dst_port: negative port")

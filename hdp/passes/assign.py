@@ -25,7 +25,7 @@ class AssignPass(Pass, tag="assign"):
     refine_rounds: int = 200
     requires = ("graph", "partition")
     provides = ("placement",)
-    version = 3  # replicated chains priced once per device (the price depends on the placement alone)
+    version = 4  # replicated chains priced once per device (the price depends on the placement alone); refined placements untangled for HETERO's state rule
 
     def run(self, module: Module) -> Module:
         from hdp.placement.problem import problem_of
@@ -52,8 +52,14 @@ class AssignPass(Pass, tag="assign"):
                 raise InputError("assign --set refine=true needs costs; run the profile pass first")
             from hdp.placers.refine import refine
 
+            from hdp.placement.subgraphs import untangle
+
             gd, before, after, n_moves = refine(problem, gd, self.refine_rounds)
+            gd, moved = untangle(problem, gd)  # a refined move may tangle a state (hdp.placement.subgraphs)
+            gd = gd.astype(np.int64)
             info.update(refine_before_s=f"{before:.6g}", refine_after_s=f"{after:.6g}", refine_moves=str(n_moves))
+            if moved:
+                info["untangled_groups"] = str(moved)
         if module.costs is not None and problem.n_groups:
             from hdp.runtime.simulate import Simulator
 

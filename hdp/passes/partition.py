@@ -24,7 +24,7 @@ class PartitionPass(Pass, tag="partition"):
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 3  # replicated chains priced once per device (the price depends on the placement alone)
+    version = 4  # replicated chains priced once per device (the price depends on the placement alone); placements untangled for HETERO's state rule (hdp.placement.subgraphs)
 
     @classmethod
     def from_options(cls, options: dict) -> "PartitionPass":

@@ -7,6 +7,9 @@
   the allowed mask (support and finite cost over whole tie groups), the time of every group on
   every device and the copy cost of every tensor. Every placer, the simulator, ``assign``,
   refinement and the learned placer's graph consume only this.
+- :mod:`hdp.placement.subgraphs` — HETERO's subgraphs of a placement as its splitter forms them,
+  and the rule for state they impose (a state's component lies on no cycle):
+  :func:`~hdp.placement.subgraphs.untangle` makes every placer's output obey it.
 
 The rules, and the HETERO failure each prevents, are listed in :mod:`hdp.placement.structure`.
 Nothing here imports openvino; the rewrite of the written model that the rules call for lives in

@@ -14,16 +14,21 @@ Every op has one role:
   copy's time is charged to the consumer's group and the chain's inputs count as the consumer's.
 - **placed** (:data:`PLACED`): everything else, in **tie groups** that share one device:
 
-  * a Parameter joins its first placed consumer (reached through constant data or replicated
-    chains); a Result joins its producer (HETERO gives a Result its producer's affinity);
+  * a Parameter joins the shallowest placed op that reads its data (directly or through a
+    replicated chain), so that no reader lies on a path to another inside the group; an input
+    read only by shape arithmetic joins the first placed op that arithmetic feeds. A Result joins
+    its producer (HETERO gives a Result its producer's affinity);
   * pairs from the frontend (``Graph.ties``: ReadValue and Assign of one state variable);
+  * a ReadValue joins the ScaledDotProductAttention that reads its state through beam reorder,
+    concatenation and head-repeat ops (:data:`KV_PATH`): the KV cache of one layer and its
+    attention share a device;
   * a fragile op that cannot be replicated (a consumer is a Result, or it is stateful) joins
     its consumers;
   * every group is closed over the paths between its members, and groups on a cycle of the
     contracted graph are merged, so the graph over groups is acyclic.
 
 Why (OpenVINO 2026.4 HETERO, each seen failing without the rule; tests in
-``tests/test_placement.py`` and ``tests/test_legal_hetero.py``):
+``tests/test_placement.py``, ``tests/test_dynamic.py`` and ``tests/test_stateful_splits.py``):
 
 - a tensor that a subgraph's plugin constant-folds (shape arithmetic of a static model, a
   decompression chain) handed to another subgraph — including another subgraph on the *same*
@@ -34,14 +39,25 @@ Why (OpenVINO 2026.4 HETERO, each seen failing without the rule; tests in
   (``model input (shape=[?,1,?,?]) and the tensor (shape=(0.0.0.0))``): HETERO allocates the
   hand-over tensor from the producer's compiled shape, which lost the static dimensions;
 - ReadValue and Assign of one variable on different devices fail at compile
-  (``unordered_map::at``), and so does a ReadValue whose initialiser runs on another device.
+  (``unordered_map::at``), and so does a ReadValue whose initialiser runs on another device;
+- a KV state whose attention runs in another subgraph (the CPU plugin then keeps the state
+  itself, not inside its stateful attention, and sizes it from the initialiser's empty length)
+  fails at the first inference: ``Node assign.0.value of type Assign ... Can not clone with new
+  dims. Descriptor's shape: {0 - ?, 2, 0, 16} is incompatible with provided dimensions:
+  {2, 2, 3, 16}``;
+- a Parameter joined to a reader deep in the graph closes its group over everything between its
+  shallowest reader and that one: ``beam_idx`` (read by every layer's cache reorder) tied to the
+  last layer's state made the whole decoder one group, and no placement could split it.
 
-Some failures come from HETERO splitting one device's ops into several subgraphs to break a
-dependency cycle, which no device-level rule can prevent: a ReadValue and its Assign split apart
-(``ReadValueWithSubgraph node ... doesn't have sibling output``), a state's subgraph that reads
-an input it does not own (``Model references undeclared parameters``), a fragile tensor cut inside
-a replicated chain. ``hdp compile`` checks every placement before writing it and repairs those
-(:mod:`hdp.runtime.verify`).
+One more rule depends on the devices of other groups, so it is not a tie: HETERO cuts a
+device's ops into several subgraphs where they lie on a cycle through other devices, and a state
+cut that way fails with ``Model references undeclared parameters: opset1::Parameter input_ids ()
+-> (i64[?,?])``. :mod:`hdp.placement.subgraphs` states it, and every placement is made to obey
+it (:func:`hdp.placement.subgraphs.untangle`). The connections it needs are computed here
+(:attr:`Structure.h_src`): the written model's edges between placed ops, through private copies
+of constant data and replicated chains, and a live ShapeOf's read of its input
+(``Graph.live_shapes``). Failures that remain (a fragile tensor cut inside a replicated chain by
+such a split, ...) are found by ``hdp compile``'s check and repaired (:mod:`hdp.runtime.verify`).
 
 Groups are numbered in a topological order of the contracted graph.
 """
@@ -83,6 +99,12 @@ class Structure:
     t_ptr: np.ndarray  # int64: CSR of each tensor's consumer groups (distinct, producer's own excluded)
     t_cons: np.ndarray  # int32
     counted: np.ndarray  # bool per group: holds an op that computes (not only a Parameter/Result)
+    #: op pairs (placed producer, placed consumer) that the written model connects, directly or
+    #: through a private copy of constant data or of a replicated chain (a live ShapeOf included):
+    #: the edges HETERO's splitter sees (see :mod:`hdp.placement.subgraphs`)
+    h_src: np.ndarray  # int32
+    h_dst: np.ndarray  # int32
+    state_ops: np.ndarray  # int32: the placed ReadValue and Assign ops
 
     @property
     def n_ops(self) -> int:
@@ -222,9 +244,6 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
     e_dst = np.asarray(e_dst, np.int64)
 
     uf = _UnionFind(n)
-    for i in np.nonzero(placed)[0]:
-        if types[i] == "Parameter" and first_placed[i] >= 0:
-            uf.union(int(i), int(first_placed[i]))
     # Results with their producer (a Result has one input)
     res_mask = np.array([t == "Result" for t in types], bool)
     for e in np.nonzero(res_mask[dst])[0]:
@@ -237,15 +256,95 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
             raise InputError(f"tie ({a}, {b}) names an op outside the graph's {n} ops")
         if placed[a] and placed[b]:
             uf.union(int(a), int(b))
+    for r in np.nonzero(placed)[0]:
+        if types[r] == "ReadValue":
+            for a in _attention_reading(graph, int(r), types):
+                if placed[a]:
+                    uf.union(int(r), a)
     fragile = graph.fragile.numpy() if graph.fragile is not None else np.zeros(n, bool)
     for i in np.nonzero(placed & fragile)[0]:  # a fragile op that could not be replicated
         if types[i] in ANCHORED:
             continue
         for c in consumers_of(int(i)):
             uf.union(int(i), c)
+    params = [int(i) for i in np.nonzero(placed)[0] if types[i] == "Parameter" and first_placed[i] >= 0]
+    if params:
+        # A Parameter joins the group of its shallowest reader: no other reader is then upstream
+        # of that group, so closing it over paths pulls in nothing more (beam_idx joined to a later
+        # layer's cache reorder would close the group over every layer in between).
+        root = _close_groups(n, placed, uf, e_src, e_dst)
+        depth = _group_depth(n, placed, root, e_src, e_dst)
+        for i in params:
+            readers = [c for c in consumers_of(i) if types[c] != "Result"]
+            uf.union(i, min(readers, key=lambda c: (depth[root[c]], c)) if readers else int(first_placed[i]))
 
     group_of = _close_groups(n, placed, uf, e_src, e_dst)
-    return _contract(graph, role, placed, group_of, first_placed, reach, e_src, e_dst, port, ebytes, types)
+    h_src, h_dst = hetero_edges(graph, role)
+    state = np.array([i for i in np.nonzero(placed)[0] if types[i] in ("ReadValue", "Assign")], np.int32)
+    return _contract(graph, role, placed, group_of, first_placed, reach, e_src, e_dst, port, ebytes, types,
+                     h_src, h_dst, state)
+
+
+def hetero_edges(graph: Graph, role: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(producer, consumer) pairs of placed ops that the written model connects: every placed
+    ancestor of a placed op reached through ops that are not placed (each consumer gets its own
+    copy of those, see :func:`hdp.ir.openvino_legalize.legalize`), stepping from a ShapeOf to its
+    input only where the ShapeOf stays in the written model (``graph.live_shapes``). Sorted, unique."""
+    n = graph.n_ops
+    role = roles(graph) if role is None else role
+    live = graph.live_shapes.numpy() if graph.live_shapes is not None else np.zeros(n, bool)
+    types = [op.type for op in graph.ops]
+    pptr, preds = predecessors_csr(graph)
+    up: list[frozenset | None] = [None] * n  # placed ancestors of a free op
+
+    def ancestors(i: int) -> set[int]:
+        out: set[int] = set()
+        if types[i] == "ShapeOf" and not live[i]:
+            return out  # folded into a Constant
+        for p in preds[pptr[i]:pptr[i + 1]]:
+            p = int(p)
+            if role[p] == PLACED:
+                out.add(p)
+            else:
+                out.update(up[p])
+        return out
+
+    src, dst = [], []
+    for i in range(n):
+        a = ancestors(i)
+        if role[i] == PLACED:
+            src.extend(a)
+            dst.extend([i] * len(a))
+        else:
+            up[i] = frozenset(a)
+    if not src:
+        return np.zeros(0, np.int32), np.zeros(0, np.int32)
+    pairs = np.unique(np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)], axis=1), axis=0)
+    return pairs[:, 0].astype(np.int32), pairs[:, 1].astype(np.int32)
+
+
+#: Ops between a KV-cache ReadValue and the attention that reads it in the CPU plugin's stateful
+#: attention pattern (beam reorder, concatenation, grouped-query head repeat, precision converts).
+KV_PATH = frozenset({"Gather", "Concat", "Convert", "Unsqueeze", "Squeeze", "Broadcast", "Reshape", "Transpose"})
+
+
+def _attention_reading(graph: Graph, r: int, types) -> list[int]:
+    """The ScaledDotProductAttention ops that read the state of ReadValue ``r`` through
+    :data:`KV_PATH` ops only."""
+    indptr, succ = graph.indptr.numpy(), graph.indices.numpy()
+    out, seen, stack = [], {r}, [r]
+    while stack:
+        u = stack.pop()
+        for c in succ[indptr[u]:indptr[u + 1]]:
+            c = int(c)
+            if c in seen:
+                continue
+            seen.add(c)
+            if types[c] == "ScaledDotProductAttention":
+                out.append(c)
+            elif types[c] in KV_PATH:
+                stack.append(c)
+    return out
 
 
 def _close_groups(n, placed, uf, e_src, e_dst) -> np.ndarray:
@@ -301,6 +400,29 @@ def _close_groups(n, placed, uf, e_src, e_dst) -> np.ndarray:
     return out
 
 
+def _group_depth(n, placed, group_of, e_src, e_dst) -> np.ndarray:
+    """Depth of every group root (indexed by op id) in the acyclic graph over groups: the number
+    of groups on the longest path from a group without predecessors."""
+    a, b = group_of[e_src], group_of[e_dst]
+    keep = a != b
+    pairs = np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0).reshape(-1, 2)
+    roots = np.unique(group_of[placed])
+    first = np.full(n, n, np.int64)
+    np.minimum.at(first, group_of[placed], np.nonzero(placed)[0])
+    idx = np.full(n, -1, np.int64)
+    idx[roots] = np.arange(roots.shape[0])
+    k = roots.shape[0]
+    order = _toposort(k, idx[pairs[:, 0]], idx[pairs[:, 1]], first[roots])
+    ptr, nxt = _csr(k, idx[pairs[:, 0]], idx[pairs[:, 1]])
+    d = np.zeros(k, np.int64)
+    for u in order:
+        for v in nxt[ptr[u]:ptr[u + 1]]:
+            d[v] = max(d[v], d[u] + 1)
+    out = np.zeros(n, np.int64)
+    out[roots] = d
+    return out
+
+
 def _csr(n, a, b):
     order = np.argsort(a, kind="stable")
     ptr = np.zeros(n + 1, np.int64)
@@ -321,7 +443,7 @@ def _reach(ptr, idx, start, ok) -> set[int]:
     return seen
 
 
-def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port, ebytes, types):
+def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port, ebytes, types, h_src, h_dst, state):
     n = graph.n_ops
     pl = np.nonzero(placed)[0]
     uniq, inv = np.unique(root[pl], return_inverse=True)
@@ -395,9 +517,10 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
     s = Structure(role=role, group_of=group_of, anchor=anchor.astype(np.int32), n_groups=int(k),
                   m_ptr=m_ptr, m_ops=m_ops.astype(np.int32), g_ptr=g_ptr, g_idx=g_idx.astype(np.int32),
                   r_ptr=r_ptr, r_ops=r_ops.astype(np.int32), t_prod=np.asarray(t_prod, np.int32),
-                  t_bytes=np.asarray(t_bytes, np.int64), t_ptr=t_ptr, t_cons=t_cons, counted=counted)
+                  t_bytes=np.asarray(t_bytes, np.int64), t_ptr=t_ptr, t_cons=t_cons, counted=counted,
+                  h_src=h_src, h_dst=h_dst, state_ops=state)
     _ro(s.role, s.group_of, s.anchor, s.m_ptr, s.m_ops, s.g_ptr, s.g_idx, s.r_ptr, s.r_ops, s.t_prod,
-        s.t_bytes, s.t_ptr, s.t_cons, s.counted)
+        s.t_bytes, s.t_ptr, s.t_cons, s.counted, s.h_src, s.h_dst, s.state_ops)
     return s
 
 

@@ -108,7 +108,9 @@ def implementation(name: str):
 
 
 def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
-    """Run a method; checks its options, the stages it needs and that the result is allowed."""
+    """Run a method; checks its options, the stages it needs and that the result is allowed, and
+    moves the groups a stateful model's placement needs moved for HETERO
+    (:func:`hdp.placement.subgraphs.untangle`; ``info["untangled_groups"]`` counts them)."""
     options.check()
     missing = [s for s in options.stages(ctx.target) if getattr(ctx.module, s) is None]
     if missing:
@@ -121,5 +123,15 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
         raise AssertionError(f"method '{options.name()}' returned {gd.shape} devices for {p.n_groups} groups")
     if gd.size and not p.allowed[np.arange(gd.shape[0]), gd].all():
         raise AssertionError(f"method '{options.name()}' put a group on a device not allowed for it")
+    from hdp.placement.subgraphs import untangle
+
+    before = gd
+    gd, moved = untangle(p, gd)  # HETERO must not cut a state's subgraph (hdp.placement.subgraphs)
+    if moved:
+        placed.info["untangled_groups"] = moved
+        if p.has_costs:
+            from hdp.runtime.simulate import Simulator
+
+            placed.info["untangled_from_s"] = f"{Simulator(p).latency(before):.6g}"
     placed.group_device = gd
     return placed

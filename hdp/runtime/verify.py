@@ -14,8 +14,8 @@ legality depends on.
 
 :func:`verify_and_repair` is what ``hdp compile`` runs: check; on failure find the groups whose
 moves break it (:mod:`hdp.placement.repair`), tie them to their neighbours, place again; after
-``rounds`` failed repairs, fall back to the best single device. It never returns an unchecked
-placement except when asked not to check.
+``rounds`` failed repairs, or :data:`REPAIR_BUDGET` seconds, fall back to the best single device.
+It never returns an unchecked placement except when asked not to check.
 """
 
 from __future__ import annotations
@@ -163,14 +163,22 @@ class Verified(msgspec.Struct, kw_only=True):
     fallback: str = ""  # the single device fallen back to, if any
 
 
+#: Seconds :func:`verify_and_repair` may spend checking and repairing one placement before it
+#: falls back to one device (the fallback's own check comes on top).
+REPAIR_BUDGET = 30.0
+
+
 def verify_and_repair(module: Module, target: Target, replace: Callable[[Module, tuple], Module],
-                      checker: PlacementChecker, rounds: int = 3, budget: float = 300.0) -> Verified:
+                      checker: PlacementChecker, rounds: int = 3, budget: float = REPAIR_BUDGET) -> Verified:
     """Check ``module.placement``; on failure learn ties and re-place (``replace(module,
     extra_ties) -> module`` reruns partition and assign) up to ``rounds`` times, then fall back to
-    the best single device. ``budget`` bounds the seconds spent repairing."""
+    the best single device. ``budget`` bounds the seconds spent checking and repairing; the
+    placements tried while narrowing a failure down obey the same rules as any placement
+    (:func:`hdp.placement.subgraphs.untangle`)."""
     from hdp.ir.types import Array, Placement
     from hdp.placement.problem import problem_of
     from hdp.placement.repair import Deadline, best_single_device, failing_groups, neighbour_ties
+    from hdp.placement.subgraphs import untangle
 
     deadline = time.monotonic() + budget
     ties: tuple = tuple(map(tuple, module.partition.extra_ties.numpy())) if module.partition.extra_ties is not None else ()
@@ -179,6 +187,9 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
     for _ in range(rounds):
         if out.result.passed:
             return out
+        if time.monotonic() > deadline:
+            out.lines.append(f"repair stopped: its {budget:g} s budget ran out")
+            break
         pl = out.module.placement
         problem = problem_of(out.module, pl.devices, ties)
         base_dev = best_single_device(problem)
@@ -189,6 +200,7 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
         base = problem.single(base_dev)
 
         def fails(trial: np.ndarray) -> bool:
+            trial = untangle(problem, trial)[0]
             return not checker.check(problem.op_devices(trial), pl.devices).passed
 
         try:
