@@ -169,3 +169,33 @@ def test_hetero_cuts_a_tangled_state_and_the_untangled_split_generates(llama2):
     got = zoo.generate(_hetero(xml, m, dev), ids, steps=4, follow=want.tokens)
     for a, b in zip(got.logits, want.logits):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+# --- hdp compile on tiny transformers exports (slow) ---------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, target, method, seed", [
+    ("llama-tiny:stateful,int4", "virtual", "random", 0),
+    ("qwen2-tiny-8l:stateful", "virtual", "heft", 0),
+    ("phi3-tiny:stateful", "i9-flex170", "heft", 0),
+    ("phi3-tiny-8l:stateful,int4", "ultra-npu", "random", 3),
+    ("llama-tiny-8l:stateful,int4", "i9-flex170", "random", 1),
+])
+def test_stateful_exports_split_without_fallback_and_generate(zoo_export, tmp_path, name, target, method, seed):
+    """optimum-intel-layout exports placed by ``hdp compile``: a split (both devices used), no
+    fallback, and teacher-forced logits within the tolerance ``hdp compile`` states."""
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+    from hdp.runtime.target import load_target
+    from hdp.runtime.verify import check_generation
+
+    xml = zoo_export(name)
+    out = tmp_path / "placed.xml"
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", target, "--method", method,
+                                  "--seed", str(seed), "--seq-len", "16", "--no-compare", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert "fell back" not in r.output, r.output
+    g = check_generation(out, xml, load_target(target), seed=seed)
+    assert len(g.used) == 2, g.used
+    assert g.passed, (g.errors, g.tolerance, g.floor)

@@ -329,7 +329,8 @@ class RoundTimes(_Message, tag="round_times"):
 class Checked(_Message, tag="checked"):
     """The check's verdict: ``passed`` and ``error`` (the HETERO compile or run failed, or an output
     has another shape), or ``max_error`` (relative L2 against the original on plain CPU f32) at
-    ``where``, over ``runs`` runs on ``devices``; ``stateful`` for a model with states."""
+    ``where``, over ``runs`` runs on ``devices``; ``stateful`` for a model with states, and then
+    ``device_errors``: the same error of the original on each used device alone."""
 
     passed: bool
     error: str = ""
@@ -339,6 +340,7 @@ class Checked(_Message, tag="checked"):
     runs: int = 0
     stateful: bool = False
     seconds: float = 0.0
+    device_errors: dict[str, float] = {}
 
 
 Reply = Union[Failed, Done, Loaded, Supported, SignatureTable, SignatureAnswers, Timed, Profiled, Prepared, RoundTimes,

@@ -201,6 +201,7 @@ class Worker:
         self._as_written = None
         self.reference = {}
         self.sigs = None
+        self.alone = {}  # (runs, device) -> relative error of the original on that device alone
         want = req.structure
         if want is not None and fe.op_structure(self.ops).digest() != want:
             raise StaleInput(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
@@ -420,6 +421,25 @@ class Worker:
             outs.append([np.array(req.get_output_tensor(j).data, copy=True) for j in range(len(compiled.outputs))])
         return outs
 
+    def _device_errors(self, runs, devices) -> dict[str, float]:
+        """The relative error of the original compiled on each of ``devices`` alone (as the target
+        configures it) over ``runs``: the precision no split over those devices can be held to
+        beat. A device that cannot run the whole model gives none (0)."""
+        reference = self._reference_outputs(runs)
+        key = msgspec.json.encode(runs)
+        out = {}
+        for d in devices:
+            if (key, d) not in self.alone:
+                try:
+                    got = self._run_all(self.core(tuple(devices)).compile_model(self.original, d, {}), runs)
+                    err = max((_relative_error(a, b) for ra, rb in zip(got, reference) for a, b in zip(ra, rb)),
+                              default=0.0)
+                except Exception:  # noqa: BLE001 - no floor from a device that cannot run it all
+                    err = 0.0
+                self.alone[(key, d)] = err if np.isfinite(err) else 0.0
+            out[d] = self.alone[(key, d)]
+        return out
+
     def check(self, req: P.Check) -> P.Checked:
         """Compile a placement as hdp writes it (``placement`` legalized on a copy of the original
         model, or the placed model file ``xml``) with HETERO, run every check run, and compare each
@@ -445,6 +465,7 @@ class Worker:
             reference()  # (its own failure, if any, is the worker's)
             return P.Checked(passed=False, error=ov_message(e), seconds=time.perf_counter() - t0)
         reference = reference()
+        alone = self._device_errors(runs, used) if self.spec.state else {}  # a stateful model's floor
         worst, where = 0.0, ""
         for k, (a_run, b_run) in enumerate(zip(got, reference)):
             for j, (a, b) in enumerate(zip(a_run, b_run)):
@@ -455,7 +476,8 @@ class Worker:
                 if err > worst:
                     worst, where = err, f"run {k}, output {j}"
         return P.Checked(passed=True, max_error=worst, where=where, devices=used, runs=len(runs),
-                         stateful=bool(self.spec.state), seconds=time.perf_counter() - t0)
+                         stateful=bool(self.spec.state), seconds=time.perf_counter() - t0,
+                         device_errors=alone)
 
     def blob(self, req: P.Blob) -> P.Timed:
         """Import an exported placement (``blob``, with the ``device`` string, the ``target`` of its
