@@ -431,7 +431,7 @@ class Worker:
         for d in devices:
             if (key, d) not in self.alone:
                 try:
-                    got = self._run_all(self.core(tuple(devices)).compile_model(self.original, d, {}), runs)
+                    got = self._run_all(self.core(tuple(devices)).compile_model(self._written(), d, {}), runs)
                     err = max((_relative_error(a, b) for ra, rb in zip(got, reference) for a, b in zip(ra, rb)),
                               default=0.0)
                 except Exception:  # noqa: BLE001 - no floor from a device that cannot run it all
