@@ -72,9 +72,11 @@ class MeasuredEvaluator:
         self.rows: dict[bytes, object] = {}
 
     def __call__(self, gd: np.ndarray) -> float:
+        from hdp.placement.subgraphs import untangle
         from hdp.runtime.measure import MeasureError
 
-        r = self.m.measure(self.p.op_devices(gd), self.p.devices)
+        # measured as it would be written: a placement that tangles a state cannot run under HETERO
+        r = self.m.measure(self.p.op_devices(untangle(self.p, gd)[0]), self.p.devices)
         self.rows[np.ascontiguousarray(gd, np.int16).tobytes()] = r
         if not r.ok:
             raise MeasureError(r.error)
