@@ -79,7 +79,7 @@ def tangled_states(structure: Structure, op_device: np.ndarray) -> np.ndarray:
     return st[c.cyclic[c.comp[st]]]
 
 
-def untangle(problem: PlacementProblem, group_device: np.ndarray) -> tuple[np.ndarray, int]:
+def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool = False) -> tuple[np.ndarray, int]:
     """``group_device`` made to keep every state out of a component on a cycle, and how many groups
     changed device. Candidates: (1) greedy moves, each round moving one component of the cycle
     around a tangled state to another allowed device (the move that leaves the fewest tangled state
@@ -87,14 +87,15 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray) -> tuple[np.nd
     (2) pipeline cuts over the devices the placement uses — groups before a point in the groups'
     topological order on one device, the rest on another, which no cycle can cross; (3) the best
     single device. Kept: a split if ``group_device`` was one, then the lowest simulated latency
-    (without costs: the fewest ops moved). A problem no single device can run may be returned
-    tangled when no other candidate is legal."""
+    (without costs, or ``nearest``: the fewest ops moved, for a placement whose point is its
+    structure rather than its speed, such as a random one). A problem no single device can run
+    may be returned tangled when no other candidate is legal."""
     st = problem.structure
     gd0 = np.asarray(group_device, np.int64)
     if not st.state_ops.size or not gd0.size or not tangled_states(st, st.op_devices(gd0)).size:
         return np.asarray(group_device, np.int16), 0
     sim = None
-    if problem.has_costs:
+    if problem.has_costs and not nearest:
         from hdp.runtime.simulate import Simulator
 
         sim = Simulator(problem)

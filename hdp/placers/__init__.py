@@ -126,7 +126,9 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     from hdp.placement.subgraphs import untangle
 
     before = gd
-    gd, moved = untangle(p, gd)  # HETERO must not cut a state's subgraph (hdp.placement.subgraphs)
+    # HETERO must not cut a state's subgraph (hdp.placement.subgraphs); a random placement is kept
+    # as near as legal, a placement chosen for its speed as fast as legal
+    gd, moved = untangle(p, gd, nearest=options.name() == "random")
     if moved:
         placed.info["untangled_groups"] = moved
         if p.has_costs:
