@@ -27,6 +27,10 @@ class AssignPass(Pass, tag="assign"):
     provides = ("placement",)
     version = 4  # replicated chains priced once per device (the price depends on the placement alone); refined placements untangled for HETERO's state rule
 
+    def needs(self) -> tuple[str, ...]:
+        """``graph`` and ``partition``, and ``costs`` to refine."""
+        return type(self).requires + (("costs",) if self.refine else ())
+
     def run(self, module: Module) -> Module:
         from hdp.placement.problem import problem_of
 

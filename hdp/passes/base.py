@@ -34,6 +34,12 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     #: of the cache key, so changing them reuses cached results.
     key_exclude: ClassVar[tuple[str, ...]] = ()
 
+    def needs(self) -> tuple[str, ...]:
+        """Module stages this pass value needs: its class's ``requires``, and what its options add
+        (a placement method's stages, refinement's costs). The manager checks a schedule with it
+        before running anything."""
+        return type(self).requires
+
     @classmethod
     def pass_name(cls) -> str:
         return cls.__struct_config__.tag

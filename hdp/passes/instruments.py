@@ -1,4 +1,10 @@
-"""Instruments observe passes from the outside (timing, IR dumps, progress)."""
+"""Instruments observe stages from the outside (timing, IR dumps, progress).
+
+The manager calls ``before(name, key)`` and ``after(name, key, hit, module)`` around every stage it
+runs: lower, each pass, check, raise. Calls nest: a check that repairs a placement runs
+``partition`` and ``assign`` again inside its own ``before``/``after``, so an instrument that
+times keeps a stack of start times.
+"""
 
 from __future__ import annotations
 
@@ -20,17 +26,18 @@ class Instrument:
 
 
 class Timing(Instrument):
-    """Per-pass wall time and cache hits: rows of {pass, key, seconds, cache_hit}."""
+    """Per-stage wall time and cache hits: rows of {pass, key, seconds, cache_hit}, in the order
+    the stages end (a nested stage's row comes before the row of the stage around it)."""
 
     def __init__(self):
         self.rows: list[dict] = []
-        self._t0 = 0.0
+        self._starts: list[float] = []
 
     def before(self, name, key):
-        self._t0 = time.perf_counter()
+        self._starts.append(time.perf_counter())
 
     def after(self, name, key, hit, module):
-        self.rows.append({"pass": name, "key": key, "seconds": time.perf_counter() - self._t0,
+        self.rows.append({"pass": name, "key": key, "seconds": time.perf_counter() - self._starts.pop(),
                           "cache_hit": hit})
 
     def write(self, path: str | Path) -> None:
@@ -38,7 +45,7 @@ class Timing(Instrument):
 
 
 class DumpIR(Instrument):
-    """Write the Module after each pass to ``<dir>/<index>-<pass>.hdp``."""
+    """Write the Module after each stage to ``<dir>/<index>-<stage>.hdp``."""
 
     def __init__(self, directory: str | Path):
         self.dir = Path(directory)
@@ -50,12 +57,15 @@ class DumpIR(Instrument):
 
 
 class Progress(Instrument):
-    """One line per pass on stderr."""
+    """One line per stage on stderr."""
+
+    def __init__(self):
+        self._starts: list[float] = []
 
     def before(self, name, key):
-        self._t0 = time.perf_counter()
+        self._starts.append(time.perf_counter())
 
     def after(self, name, key, hit, module):
-        dt = time.perf_counter() - self._t0
+        dt = time.perf_counter() - self._starts.pop()
         took = "cached" if hit else f"{dt:.2f}s"
         print(f"[hdp] {name:<10} {took}", file=sys.stderr, flush=True)

@@ -26,6 +26,10 @@ class PartitionPass(Pass, tag="partition"):
     key_exclude = ("timeout",)
     version = 4  # replicated chains priced once per device (the price depends on the placement alone); placements untangled for HETERO's state rule (hdp.placement.subgraphs)
 
+    def needs(self) -> tuple[str, ...]:
+        """``graph`` and ``support``, and the stages the method needs on this target."""
+        return type(self).requires + tuple(s for s in self.placer.stages(self.target) if s not in type(self).requires)
+
     @classmethod
     def from_options(cls, options: dict) -> "PartitionPass":
         """From flat options, as ``--set`` gives them: ``method`` (``name[:arg]``), ``seed``,
