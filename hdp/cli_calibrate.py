@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
+from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, shape_options,
                              shape_request, target_from, target_path, timeout_option, user_errors, with_options)
 
 
 def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
     """The lowered model with ``support``, ``profile`` and ``coarsen`` (what calibrating needs)."""
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import lower_cached, make_pass
+    from hdp.pipeline import lower_cached, make_pass, runtime_options
 
     module = lower_cached(xml, shapes, cache, list(instruments))
     passes = [make_pass("support", {"target": tgt}), make_pass("profile", {"target": tgt}),

@@ -68,23 +68,6 @@ timeout_option = click.option(
          "profile, 120 per measured placement).")
 
 
-def runtime_options(passes: list, timeout: float | None, cache) -> list:
-    """Passes with their runtime-only fields set (never part of a cache key): ``timeout`` from
-    ``--timeout``, ``query_cache`` (support answers) inside the pass cache directory."""
-    import msgspec
-
-    out = []
-    for p in passes:
-        fields = p.__struct_fields__
-        changes = {}
-        if timeout and "timeout" in fields:
-            changes["timeout"] = float(timeout)
-        if cache is not None and "query_cache" in fields:
-            changes["query_cache"] = str(Path(cache.dir) / "support")
-        out.append(msgspec.structs.replace(p, **changes) if changes else p)
-    return out
-
-
 def pass_cache(cache_dir: str | None, no_cache: bool):
     from hdp.fsutil import path_problem
     from hdp.passes.cache import PassCache, default_cache_dir

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, runtime_options, shape_options,
+from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, shape_options,
                              shape_request, target_from, target_path, user_errors, with_options)
 from hdp.runtime.devices import device_status
 
@@ -375,7 +375,7 @@ def profile_cmd(model, output, target, devices, runs, warmup, seconds, input_sha
     from hdp.ir.serde import load
     from hdp.passes.manager import PassManager
     from hdp.fsutil import atomic_write
-    from hdp.pipeline import lower_cached, make_pass
+    from hdp.pipeline import lower_cached, make_pass, runtime_options
 
     check_paths(inputs={"MODEL": model, "--target": target_path(target)}, outputs={"-o": output},
                 out_dirs={"--cache-dir": None if no_cache else cache_dir})

@@ -172,9 +172,10 @@ Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto]
 METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto)}
 
 
-def method_from(spec: str, options: dict | None = None) -> PlacerOptions:
+def method_from(spec: str, options: dict | None = None, message=None) -> PlacerOptions:
     """Options of ``--method NAME[:ARG]`` with ``options`` (strings are converted; unknown keys
-    and bad values are InputErrors naming the option)."""
+    and bad values are InputErrors naming the option; ``message(path, what)`` words a bad value,
+    by default the method's own wording)."""
     name, _, arg = spec.partition(":")
     cls = METHODS.get(name)
     if cls is None:
@@ -198,4 +199,4 @@ def method_from(spec: str, options: dict | None = None) -> PlacerOptions:
         elif f.default is None and v.lower() in ("none", ""):
             data[k] = None
     data["method"] = name
-    return convert(data, cls, cls._message, strict=False)
+    return convert(data, cls, message or cls._message, strict=False)

@@ -1,0 +1,126 @@
+"""The words ``hdp compile`` says about a compile: where the ops went, what the check did, what
+each placement stage contributed (labelled simulated or measured), the simulator against the
+final comparison's measurements, and where the command's time went."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def placed_line(module, target, out) -> str:
+    """``placed 501 ops with optimal on virtual (CPU: 300 ops, CPU_B: 201 ops) -> placed.xml``."""
+    pl = module.placement
+    counts = Counter(pl.devices[int(d)] for d in pl.device_of.numpy())
+    share = ", ".join(f"{d}: {counts.get(d, 0)} ops" for d in pl.devices)
+    return f"placed {module.graph.n_ops} ops with {pl.method} on {target.name} ({share}) -> {out}"
+
+
+def check_lines(verified) -> list[str]:
+    """What the check did (a :class:`~hdp.runtime.verify.Verified`): ties learned, repairs, a
+    fallback, and the final check's result."""
+    lines = [f"learned: {line}" for line in verified.learned] + list(verified.lines)
+    if verified.fallback:
+        lines.append(f"fell back to every op on {verified.fallback}: the placement did not run "
+                     f"({verified.module.placement.info.get('fallback_reason')})")
+    lines.append(verified.result.describe())
+    return lines
+
+
+def method_lines(module, target) -> list[str]:
+    """What the placement stages contributed, labelled simulated or measured."""
+    pl = module.placement
+    info = pl.info
+    lines: list[str] = []
+    method = info.get("method", pl.method).partition(":")[0]
+    if "report" in info:  # auto
+        lines += [f"{method}: {x}" for x in info["report"].splitlines()]
+    if info.get("best_source"):  # hsdag
+        lat = info.get("best_latency_s")
+        what = f"{float(lat) * 1e3:.3f} ms" if lat else "not measured"
+        lines.append(f"hsdag ({info.get('reward')} reward): kept {info['best_source']} {what}; "
+                     f"{info.get('placements_evaluated')} placements, stopped: {info.get('stopped')}")
+        if info.get("final"):
+            lines.append(f"hsdag: lowest sampled median {info.get('sampled_best')}; final choice:")
+            lines += [f"hsdag: {x}" for x in info["final"].splitlines()]
+    if info.get("untangled_groups"):
+        was = f"; simulated {float(info['untangled_from_s']) * 1e3:.3f} ms before" if info.get("untangled_from_s") else ""
+        lines.append(f"{method}: moved {info['untangled_groups']} tie groups to other devices so that HETERO "
+                     f"cuts no subgraph holding a state (ReadValue/Assign; see hdp.placement.subgraphs){was}")
+    if info.get("fallback"):
+        lines.append(f"(the placement above failed its check; written instead: every op on {info['fallback'][7:]})")
+    if "simulated" in info:
+        lines.append(simulated_line(module, target))
+    return lines
+
+
+def _problem(module):
+    from hdp.placement.problem import problem_of
+
+    pl = module.placement
+    ties = module.partition.extra_ties.numpy() if module.partition is not None and \
+        module.partition.extra_ties is not None else ()
+    return problem_of(module, pl.devices, ties)
+
+
+def simulated_line(module, target) -> str:
+    """The final placement's simulated latency beside the best single device and the lower bound."""
+    from hdp.runtime.simulate import Simulator
+
+    info = module.placement.info
+    p = _problem(module)
+    singles = {p.devices[j]: t for j, t in Simulator(p).singles().items()}
+    best = min(singles, key=singles.get) if singles else None
+    label = "simulated" if not target.is_real else "simulated by the cost model (not measured)"
+    one = f"best single device {best} {singles[best] * 1e3:.3f} ms" if best else "no single device runs every op"
+    return (f"{label}: this placement {float(info['simulated']) * 1e3:.3f} ms, {one}, "
+            f"lower bound {float(info['lower_bound']) * 1e3:.3f} ms")
+
+
+def final_sim_vs_measured(module, result) -> str:
+    """The final placement's and each plain compile's simulated latency against their medians in
+    the final comparison (a plain compile is priced as every op on its device)."""
+    from hdp.runtime.report import sim_vs_measured
+    from hdp.runtime.simulate import Simulator
+
+    pl = module.placement
+    head = result.head
+    p = _problem(module)
+    singles = {p.devices[j]: t for j, t in Simulator(p).singles().items()}
+    pairs = []
+    for name, m in zip(head.names, head.measurements):
+        if not m.ok:
+            continue
+        if name == "placement" and "simulated" in pl.info:
+            pairs.append(("placement", float(pl.info["simulated"]), m.median))
+        elif name.startswith("plain ") and name[6:] in singles:
+            pairs.append((name, singles[name[6:]], m.median))
+    return sim_vs_measured(pairs)
+
+
+def time_line(partition, timing_rows: list[dict], stage_rows: list, spent: dict[str, float], total: float) -> str:
+    """``time: 41.2 s in all: profile 3.8 s (not counted in the budget); placement 6.0 s of a 30 s
+    budget (...); check 1.1 s; writing 0.9 s; final comparison 30.1 s (--no-compare skips it)
+    (load average ...)``: where the whole command's time went. ``partition`` is the pipeline's
+    partition pass (None: it has none)."""
+    import os
+
+    first_part = next((r for r in timing_rows if r["pass"] == "partition" and "stage" not in r), None)
+    prof = next((r for r in timing_rows if r["pass"] == "profile"), None)
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+    parts = []
+    budget = getattr(partition.placer, "budget", None) if first_part is not None and partition is not None else None
+    if prof is not None:
+        parts.append("profile cached" if prof["cache_hit"] else f"profile {prof['seconds']:.1f} s"
+                     + (" (not counted in the budget)" if budget else ""))
+    if first_part is not None:
+        if first_part["cache_hit"]:
+            parts.append("placement cached (its stages ran in an earlier compile)")
+        else:
+            stages = ", ".join(f"{n} {s:.1f} s" for n, s in stage_rows)
+            cap = f" of a {budget:g} s budget" if budget else ""
+            parts.append(f"placement {first_part['seconds']:.1f} s{cap}" + (f" ({stages})" if stages else ""))
+    for name, seconds in spent.items():
+        parts.append(f"{name} {seconds:.1f} s" + (" (--no-compare skips it)" if name == "final comparison" else ""))
+    return f"time: {total:.1f} s in all: " + "; ".join(parts) + load

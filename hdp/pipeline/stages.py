@@ -1,0 +1,187 @@
+"""The stages at the edges of ``hdp compile``'s pipeline, run by the same
+:class:`~hdp.passes.manager.PassManager` as the passes (one cache, one instrument path):
+
+- :class:`Lower`: the model file to a Module (the frontend). Cached under hash(frontend version,
+  model path and digest, shape request); a cached module of another file is discarded.
+- :class:`Check`: the placement run under HETERO against the original, repaired or fallen back
+  when it fails (:func:`hdp.runtime.verify.verify_and_repair`). Never cached. A repair places
+  again with ties learned from the failure: the pipeline's partition pass (found by type) and the
+  passes after it run again through the same manager.
+- :class:`Raise`: the placed model written atomically (:func:`hdp.ir.openvino_backend.write_placed`),
+  checked again as written when a check ran. Its output is a file; the Module passes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from hdp.errors import HdpError
+from hdp.ir import serde
+from hdp.ir.types import Module
+from hdp.passes.base import Pass
+from hdp.passes.cache import PassCache
+from hdp.passes.instruments import Instrument
+from hdp.passes.manager import PassManager
+from hdp.runtime.target import Target
+
+T = TypeVar("T")
+
+#: Bump when the frontend's output changes for the same model file.
+FRONTEND_VERSION = 4
+
+
+class Lower:
+    """Lower a model file (OpenVINO .xml or .onnx) at a shape request
+    (:class:`~hdp.ir.openvino_frontend.ShapeRequest`, a ``{input: shape}`` dict, or None)."""
+
+    name = "lower"
+
+    def __init__(self, model: str | Path, request=None):
+        from hdp.ir.openvino_frontend import as_request
+
+        self.model = Path(model)
+        self.request = as_request(request)
+
+    def needs(self) -> tuple[str, ...]:
+        return ()
+
+    def gives(self) -> tuple[str, ...]:
+        return ("graph",)
+
+    def cache_key(self) -> str | None:
+        from hdp.ir.openvino_frontend import file_digest
+
+        if not self.model.is_file():
+            return None  # lowering says what is wrong with it
+        return serde.digest_bytes(serde.encode_any(
+            ["lower", FRONTEND_VERSION, str(self.model.resolve()), file_digest(self.model), self.request]))
+
+    def accepts(self, before: Module | None, after: Module) -> bool:
+        from hdp.ir.openvino_frontend import file_digest
+
+        return (after.meta.get("source") == str(self.model.resolve())
+                and after.meta.get("source_digest") == file_digest(self.model))
+
+    def run(self, module: Module | None) -> Module:
+        from hdp.ir.openvino_frontend import lower
+
+        return lower(self.model, self.request)
+
+
+class Check:
+    """Check the placement before it is written; repair it or fall back to one device (see the
+    module docstring). ``passes`` is the pipeline's; ``verified`` holds what the check did, and
+    ``checker`` stays open for :class:`Raise` to check the written file (:meth:`close` it)."""
+
+    name = "check"
+
+    def __init__(self, target: Target, manager: PassManager, passes: Sequence[Pass], timeout: float | None = None):
+        self.target = target
+        self.manager = manager
+        self.passes = list(passes)
+        self.timeout = timeout
+        self.checker = None
+        self.verified = None
+
+    def needs(self) -> tuple[str, ...]:
+        return ("placement",)
+
+    def gives(self) -> tuple[str, ...]:
+        return ()
+
+    def cache_key(self) -> None:
+        return None
+
+    def accepts(self, before, after) -> bool:
+        return False
+
+    def run(self, module: Module) -> Module:
+        from hdp.runtime.verify import PlacementChecker, verify_and_repair
+
+        self.checker = PlacementChecker(module, self.target, **({"timeout": self.timeout} if self.timeout else {}))
+        self.verified = verify_and_repair(module, self.target, self.replace, self.checker)
+        return self.verified.module
+
+    def replace(self, module: Module, ties: tuple) -> Module:
+        """Place ``module`` again with ``ties`` (pairs of ops that must share a device): the
+        pipeline's partition pass with these extra ties, and every pass after it."""
+        from hdp.passes.partition import PartitionPass
+
+        at = next((i for i in range(len(self.passes) - 1, -1, -1) if isinstance(self.passes[i], PartitionPass)), None)
+        if at is None:
+            raise HdpError("the placement failed its check and the pipeline has no partition pass to place it again")
+        rest = [msgspec.structs.replace(self.passes[at], extra_ties=ties), *self.passes[at + 1:]]
+        cleared = {s: None for p in rest for s in type(p).provides if s != "graph"}
+        return self.manager.run(module.replace(**cleared), rest)
+
+    def close(self) -> None:
+        if self.checker is not None:
+            self.checker.close()
+            self.checker = None
+
+
+class Raise:
+    """Write the placed model to ``output`` (.xml and .bin); with ``check`` (a :class:`Check`
+    that ran), the file as written is checked before it is committed."""
+
+    name = "raise"
+
+    def __init__(self, output: str | Path, target: Target, check: Check | None = None):
+        self.output = Path(output)
+        self.target = target
+        self.check = check
+
+    def needs(self) -> tuple[str, ...]:
+        return ("placement",)
+
+    def gives(self) -> tuple[str, ...]:
+        return ()
+
+    def cache_key(self) -> None:
+        return None
+
+    def accepts(self, before, after) -> bool:
+        return False
+
+    def run(self, module: Module) -> Module:
+        from hdp.ir.openvino_backend import write_placed
+
+        checker = self.check.checker if self.check is not None else None
+        pl = module.placement
+        used = sorted({pl.devices[int(d)] for d in pl.device_of.numpy()})
+        write_placed(module, self.output, self.target,
+                     check=(lambda tmp: checker.check_file(tmp, used)) if checker is not None else None)
+        return module
+
+
+def lower_cached(xml: str | Path, request, cache: PassCache | None, instruments: Sequence[Instrument] = ()) -> Module:
+    """Lower a model, reusing a cached Module when the model files and the requested
+    specialisation (a :class:`~hdp.ir.openvino_frontend.ShapeRequest`, or a ``{input: shape}``
+    dict) are unchanged: the :class:`Lower` stage run by a manager."""
+    return PassManager([Lower(xml, request)], cache=cache, instruments=list(instruments)).run(None)
+
+
+def recompute_if_stale(cache: PassCache | None, run: Callable[[], T]) -> T:
+    """``run()``; if it fails because a module no longer matches its model (a
+    :class:`~hdp.errors.StaleInput`, such as a lowered module whose ops are not the file's) and the
+    pass cache supplied modules to it, those entries are discarded with a warning and ``run()`` is
+    repeated once without reading the cache. A cache entry can decode, verify and still belong to
+    another model; without this, such an entry would fail every later run."""
+    from hdp.errors import is_stale
+
+    first = len(cache.hits) if cache is not None else 0
+    try:
+        return run()
+    except HdpError as e:
+        if cache is None or not is_stale(e) or len(cache.hits) == first:
+            raise
+        cache.discard(cache.hits[first:], str(e))  # (the pass manager may have done so already)
+    cache.reading = False
+    try:
+        return run()
+    finally:
+        cache.reading = True
