@@ -110,6 +110,21 @@ def test_default_texts():
         "support,profile,partition{method=optimal,margin=0.1},assign{refine=true}"
 
 
+def test_hdp_passes_prints_the_default_text():
+    """``hdp passes --target T [--method M]`` prints exactly the default pipeline text (what
+    ``--passes`` takes back); the listing without a target shows the defaults of both kinds of target."""
+    for target, method in (("virtual", None), ("virtual", "heft"), ("i9-flex170", None)):
+        r = run("passes", "--target", target, *(["--method", method] if method else []))
+        assert r.exit_code == 0, r.output
+        assert r.output == default_text(load_target(target), method) + "\n"
+    r = run("passes", "--devices", "CPU")
+    assert r.output == "support,partition{method=single:CPU},assign\n"
+    listing = run("passes").output
+    assert default_text(load_target("virtual")) in listing and default_text(load_target("i9-flex170")) in listing
+    r = run("passes", "--target", "virtual", "--method", "magic")
+    assert r.exit_code == 2 and "Traceback" not in r.output and "magic" in r.output
+
+
 def test_flags_fill_the_text_and_may_not_contradict_it():
     t = load_target("virtual")
     text = "support,profile,partition,assign"
