@@ -212,6 +212,51 @@ def subgraph_labels(eff, u_src, u_dst, label, scratch_parent, scratch_label, sta
 
 
 @njit(cache=True)
+def concurrent_labels(eff, u_src, u_dst, label, parent, fwd, bwd):
+    """The subgraphs of concurrent execution: fills ``label``, returns their number.
+
+    A subgraph is a region of same-device edges whose ops agree on ``fwd``, the number of device
+    switches on the longest path reaching the op, and on ``bwd``, the same on the longest path
+    leaving it. So a subgraph's inputs from other devices are due at its start and its outputs to
+    other devices leave at its end (one infer request each): HETERO's subgraphs, further cut where
+    running them whole would hold a tensor back from a device that could already use it. The order
+    is acyclic: along an edge between subgraphs ``fwd`` never falls and ``bwd`` never rises, and
+    an edge keeping both is a same-device edge inside one subgraph.
+    """
+    n = eff.shape[0]
+    for i in range(n):
+        fwd[i] = 0
+        bwd[i] = 0
+        parent[i] = i
+    for e in range(u_src.shape[0]):
+        u = u_src[e]
+        v = u_dst[e]
+        s = fwd[u] + (1 if eff[u] != eff[v] else 0)
+        if s > fwd[v]:
+            fwd[v] = s
+    for e in range(u_src.shape[0] - 1, -1, -1):
+        u = u_src[e]
+        v = u_dst[e]
+        s = bwd[v] + (1 if eff[u] != eff[v] else 0)
+        if s > bwd[u]:
+            bwd[u] = s
+    for e in range(u_src.shape[0]):
+        u = u_src[e]
+        v = u_dst[e]
+        if eff[u] == eff[v] and fwd[u] == fwd[v] and bwd[u] == bwd[v]:
+            _union(parent, u, v)
+    k = 0
+    for i in range(n):
+        r = _find(parent, i)
+        if r == i:
+            label[i] = k
+            k += 1
+        else:
+            label[i] = label[r]
+    return k
+
+
+@njit(cache=True)
 def count_subgraphs(label, k, counted, seen):
     """Number of subgraphs holding at least one op that HETERO turns into a submodel
     (``counted``: not a Constant, not a Result)."""

@@ -6,6 +6,10 @@ while HETERO looks for ``affinity``. The loader copies one to the other::
     from hdp.runtime.placed import compile_placed
     compiled = compile_placed("placed.xml")        # HETERO over the devices hdp recorded
     result = compiled({0: x})
+    compiled = compile_placed("placed.xml", execution="concurrent")  # every device at once
+
+With ``execution="concurrent"`` the device subgraphs run concurrently (:mod:`hdp.runtime.concurrent`)
+instead of one after another under HETERO; the file is the same.
 
 ``compile_placed`` also registers aliased devices (such as the ``virtual`` target's ``CPU_B``) from
 the target recorded in the model, so a placed model runs in a fresh process.
@@ -130,12 +134,20 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
 _CORES: dict[tuple[str, tuple[str, ...]], object] = {}
 
 
+EXECUTIONS = ("sequential", "concurrent")
+
+
 def compile_placed(xml: str | os.PathLike, target: Target | None = None, config: dict | None = None,
-                   core=None, *, placed: PlacedModel | None = None, devices: list[str] | None = None):
+                   core=None, *, placed: PlacedModel | None = None, devices: list[str] | None = None,
+                   execution: str = "sequential"):
     """Compile a placed model with HETERO over its devices; returns an ``ov.CompiledModel``.
 
     ``placed``: the model already read by :func:`read_placed` from ``xml``; ``devices``: the
-    HETERO device list (default: every device the model records)."""
+    HETERO device list (default: every device the model records). ``execution="concurrent"``
+    returns a :class:`hdp.runtime.concurrent.ConcurrentModel` instead: the device subgraphs
+    compiled one by one and run at once, used like a compiled model."""
+    if execution not in EXECUTIONS:
+        raise InputError(f"execution must be one of {', '.join(EXECUTIONS)}, got '{execution}'")
     from hdp.runtime.devices import hetero_name, make_core
 
     pm = placed or read_placed(xml)
@@ -153,6 +165,10 @@ def compile_placed(xml: str | os.PathLike, target: Target | None = None, config:
         if key not in _CORES:
             _CORES[key] = make_core(t, devices)
         core = _CORES[key]
+    if execution == "concurrent":
+        from hdp.runtime.concurrent import compile_concurrent
+
+        return compile_concurrent(pm.model, t, core, devices, config, source=str(xml))
     try:
         return core.compile_model(pm.model, hetero_name(devices), dict(config or {}))
     except RuntimeError as e:

@@ -1,0 +1,292 @@
+"""The concurrent executor (issue 20): placed models cut into device subgraphs that run at once.
+
+Real compiles on two CPU plugin instances (``virtual-f32``: both f32, so outputs match the plain
+compile up to float reordering), tiny models built here, fixed seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hdp.errors import InputError
+from hdp.ir.openvino_backend import write_placed
+from hdp.ir.openvino_frontend import lower
+from hdp.ir.types import Array, Placement
+from hdp.runtime import _kernels as K
+from hdp.runtime.concurrent import compile_concurrent, lane_cores, split_model
+from hdp.runtime.devices import make_core
+from hdp.runtime.placed import compile_placed
+from hdp.runtime.target import load_target
+
+EXACT = dict(rtol=1e-5, atol=1e-5)
+
+
+def _mm(x, rng, n, name):
+    from openvino import opset13 as ops
+
+    w = ops.constant((rng.standard_normal((n, n)) * 0.2).astype(np.float32), name=f"{name}_w")
+    return ops.relu(ops.matmul(x, w, False, False, name=f"{name}_mm"), name=f"{name}_relu")
+
+
+def two_towers(n=16, depth=2):
+    """x -> stem -> {tower a, tower b} (each ``depth`` MatMul+Relu) -> add -> head -> y."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, n], np.float32, name="x")
+    stem = _mm(x, rng, n, "stem")
+    a = b = stem
+    for i in range(depth):
+        a = _mm(a, rng, n, f"a{i}")
+        b = _mm(b, rng, n, f"b{i}")
+    head = _mm(ops.add(a, b, name="join"), rng, n, "head")
+    return ov.Model([ops.result(head, name="y")], [x], "towers")
+
+
+def place(model, device_of_name):
+    """Set HETERO's affinity on every op: ``device_of_name(name)``; a Constant goes with its consumer."""
+    for op in model.get_ordered_ops():
+        op.get_rt_info()["affinity"] = device_of_name(op.get_friendly_name())
+    for op in model.get_ordered_ops():
+        for inp in op.inputs():
+            src = inp.get_source_output().get_node()
+            if src.get_type_name() == "Constant":
+                src.get_rt_info()["affinity"] = op.get_rt_info()["affinity"].astype(str)
+    return model
+
+
+def b_tower(name: str) -> str:
+    return "CPU_B" if name.startswith("b") else "CPU"
+
+
+@pytest.fixture(scope="module")
+def bed():
+    t = load_target("virtual-f32")
+    return t, make_core(t)
+
+
+def reference(model, feed):
+    import openvino as ov
+
+    cm = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"})
+    return [cm(feed)[o] for o in cm.outputs]
+
+
+def test_two_towers_run_as_independent_subgraphs(bed):
+    t, core = bed
+    model = place(two_towers(), b_tower)
+    cm = compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    subs = cm.split.subgraphs
+    # stem, tower a, tower b, join+head: the towers depend on the stem only, not on each other
+    assert [s.device for s in subs].count("CPU_B") == 1
+    tb = next(i for i, s in enumerate(subs) if s.device == "CPU_B")
+    ta = next(i for i, s in enumerate(subs) if s.device == "CPU" and any(
+        op.get_friendly_name() == "a0_mm" for op in s.ops))
+    assert subs[tb].preds == subs[ta].preds and tb not in subs[ta].preds and ta not in subs[tb].preds
+    stem = next(iter(subs[ta].preds))
+    assert {op.get_friendly_name() for op in subs[stem].ops} == {"stem_mm", "stem_relu"}
+    x = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_allclose(cm({0: x})[0], reference(model, {0: x})[0], **EXACT)
+    # a second call on the same request, other inputs
+    x2 = x * 2
+    np.testing.assert_allclose(cm({"x": x2})["y"], reference(model, {0: x2})[0], **EXACT)
+    assert cm.get_property("HETERO_NUMBER_OF_SUBMODELS") == len(subs)
+
+
+def test_a_residual_around_another_device_is_cut_acyclically(bed):
+    """a0 on CPU_B inside a CPU chain whose input also skips to the join: HETERO's split is cyclic
+    unless cut; the executor's subgraphs run in a topological order and give the same outputs."""
+    t, core = bed
+    model = place(two_towers(depth=3), lambda n: "CPU_B" if n.startswith("a1") else "CPU")
+    cm = compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    subs = cm.split.subgraphs
+    for s, sub in enumerate(subs):
+        assert all(p < s for p in sub.preds)  # stored in a topological order
+    x = np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_allclose(cm({0: x})[0], reference(model, {0: x})[0], **EXACT)
+
+
+def test_every_op_on_one_device_is_one_subgraph(bed):
+    t, core = bed
+    model = place(two_towers(), lambda n: "CPU_B")
+    cm = compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    assert [s.device for s in cm.split.subgraphs] == ["CPU_B"]
+    x = np.ones((1, 16), np.float32)
+    np.testing.assert_allclose(cm({0: x})[0], reference(model, {0: x})[0], **EXACT)
+
+
+def test_outputs_passed_through_and_several_results(bed):
+    """A model input given back as an output, a tensor read by a subgraph on each device and
+    returned too: every output lands in its place."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(3)
+    x = ops.parameter([1, 8], np.float32, name="x")
+    a = _mm(x, rng, 8, "a")
+    b = _mm(a, rng, 8, "b")
+    c = _mm(a, rng, 8, "c")
+    model = place(ov.Model([ops.result(b, name="rb"), ops.result(x, name="rx"), ops.result(a, name="ra"),
+                            ops.result(c, name="rc")], [x]), lambda n: "CPU_B" if n.startswith("b") else "CPU")
+    t, core = bed
+    cm = compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    v = rng.standard_normal((1, 8)).astype(np.float32)
+    got = cm({0: v})
+    for g, w in zip(got.values(), reference(model, {0: v})):
+        np.testing.assert_allclose(g, w, **EXACT)
+    assert np.array_equal(got[1], v)
+    assert got[cm.outputs[2]] is got[2]
+
+
+def stateful_counter(middle_device="CPU"):
+    """state += relu(x @ w) each step, through a middle op on ``middle_device``; output the state."""
+    import openvino as ov
+    from openvino import opset13 as ops
+    from openvino.op.util import Variable, VariableInfo
+
+    rng = np.random.default_rng(4)
+    x = ops.parameter([1, 8], np.float32, name="x")
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape([1, 8])
+    info.data_type = ov.Type.f32
+    info.variable_id = "acc"
+    var = Variable(info)
+    init = ops.constant(np.zeros((1, 8), np.float32), name="init")
+    past = ops.read_value(init, var, name="past")
+    mid = _mm(x, rng, 8, "mid")
+    new = ops.add(past, ops.sigmoid(ops.add(past, mid, name="mix"), name="sig"), name="new")
+    assign = ops.assign(new, var, name="store")
+    model = ov.Model([ops.result(new, name="y")], [assign], [x], "counter")
+    return place(model, lambda n: middle_device if n.startswith("mid") else "CPU")
+
+
+def test_a_stateful_model_carries_its_state_across_calls(bed):
+    t, core = bed
+    model = stateful_counter(middle_device="CPU_B")  # the x branch on CPU_B, the state on CPU
+    cm = compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    import openvino as ov
+
+    ref = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+    req = cm.create_infer_request()
+    assert [s.name for s in req.query_state()] == ["acc"]
+    rng = np.random.default_rng(5)
+    for step in range(3):
+        v = rng.standard_normal((1, 8)).astype(np.float32)
+        np.testing.assert_allclose(req.infer({0: v})[0], ref.infer({0: v})[0], **EXACT)
+    req.reset_state()
+    ref.reset_state()
+    v = np.ones((1, 8), np.float32)
+    np.testing.assert_allclose(req.infer({0: v})[0], ref.infer({0: v})[0], **EXACT)
+
+
+def test_state_split_by_another_device_is_refused_in_one_line(bed):
+    t, core = bed
+    model = stateful_counter()
+    for op in model.get_ordered_ops():  # the op between ReadValue and Assign on the other device
+        if op.get_friendly_name() == "mix":
+            op.get_rt_info()["affinity"] = "CPU_B"
+    with pytest.raises(InputError, match="variable 'acc': ops on CPU_B lie between its ReadValue and Assign") as e:
+        compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    assert "\n" not in str(e.value)
+
+
+def test_a_subgraph_error_reaches_the_caller(bed):
+    t, core = bed
+    cm = compile_concurrent(place(two_towers(), b_tower), t, core, ["CPU", "CPU_B"])
+    with pytest.raises(RuntimeError):
+        cm({0: np.ones((1, 5), np.float32)})  # a shape the model does not take
+    x = np.ones((1, 16), np.float32)
+    assert cm({0: x})[0].shape == (1, 16)  # the lanes survive
+    with pytest.raises(InputError, match="input 0 .* is not set"):
+        cm.create_infer_request().infer()
+
+
+def test_placed_file_runs_both_ways(branchy_xml, tmp_path):
+    """The same placed.xml compiles under HETERO and concurrently, to the same outputs."""
+    m = lower(branchy_xml)
+    names = [op.name for op in m.graph.ops]
+    dev = np.array([1 if n in ("mul", "sum", "out") else 0 for n in names])
+    out = write_placed(m.replace(placement=Placement("test", ("CPU", "CPU_B"), Array.of(dev.astype(np.int16)))),
+                       tmp_path / "p.xml", load_target("virtual-f32"))
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    seq = compile_placed(out)
+    conc = compile_placed(out, execution="concurrent")
+    assert conc.submodels >= 2
+    for o in range(2):
+        np.testing.assert_allclose(conc({0: x})[o], seq({0: x})[o], **EXACT)
+    with pytest.raises(InputError, match="execution must be one of sequential, concurrent"):
+        compile_placed(out, execution="parallel")
+
+
+def test_lane_cores_give_pinned_devices_their_own_cores():
+    t = load_target("virtual-2x1")
+    assert lane_cores(t, ["CPU", "CPU_B"], available=[0, 1]) == {"CPU": [0], "CPU_B": [1]}
+    assert lane_cores(t, ["CPU_B"], available=[3, 5]) == {"CPU_B": [3]}
+    assert lane_cores(load_target("virtual"), ["CPU", "CPU_B"], available=[0, 1]) == {}
+    with pytest.raises(InputError, match="device 'CPU_B' asks for 1 pinned core"):
+        lane_cores(t, ["CPU", "CPU_B"], available=[0])
+
+
+def _quotient_is_acyclic(label, src, dst) -> bool:
+    k = int(label.max()) + 1 if label.size else 0
+    succ = [set() for _ in range(k)]
+    indeg = [0] * k
+    for u, v in zip(src, dst):
+        a, b = int(label[u]), int(label[v])
+        if a != b and b not in succ[a]:
+            succ[a].add(b)
+            indeg[b] += 1
+    ready = [a for a in range(k) if indeg[a] == 0]
+    seen = 0
+    while ready:
+        a = ready.pop()
+        seen += 1
+        for b in succ[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    return seen == k
+
+
+def test_concurrent_labels_are_acyclic_single_device_regions():
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(2, 30))
+        pairs = sorted({(int(u), int(v)) for u, v in rng.integers(0, n, (n * 2, 2)) if u < v})
+        src = np.array([p[0] for p in pairs], np.int64)
+        dst = np.array([p[1] for p in pairs], np.int64)
+        eff = rng.integers(0, 3, n).astype(np.int64)
+        label = np.empty(n, np.int64)
+        k = K.concurrent_labels(eff, src, dst, label, np.empty(n, np.int64), np.empty(n, np.int64),
+                                np.empty(n, np.int64))
+        assert k == len(set(label.tolist()))
+        for lab in range(k):
+            assert len(set(eff[label == lab].tolist())) == 1
+        assert _quotient_is_acyclic(label, src, dst), trial
+        # every same-device region HETERO makes is refined, never merged across
+        het = np.empty(n, np.int64)
+        K.subgraph_labels(eff, src, dst, het, *(np.empty(n, np.int64) for _ in range(4)), np.empty(n, np.bool_))
+        for lab in range(k):
+            assert len(set(het[label == lab].tolist())) == 1
+
+
+def test_split_leaves_constants_shared_and_uncut(bed):
+    """A constant read by subgraphs on both devices is read by each, never an input."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 4], np.float32, name="x")
+    c = ops.constant(np.arange(4, dtype=np.float32).reshape(1, 4), name="c")
+    a = ops.add(x, c, name="a")
+    b = ops.multiply(x, c, name="b")
+    model = place(ov.Model([ops.result(ops.add(a, b, name="s"), name="y")], [x]),
+                  lambda n: "CPU_B" if n == "b" else "CPU")
+    split = split_model(model.clone(), ["CPU", "CPU_B"])
+    for sub in split.subgraphs:
+        assert all(src[0] in ("input", "sub") for src in sub.sources)
+    t, core = bed
+    cm = compile_concurrent(model, t, core, ["CPU", "CPU_B"])
+    v = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(cm({0: v})[0], (v + np.arange(4)) + v * np.arange(4), **EXACT)
