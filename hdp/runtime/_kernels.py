@@ -212,7 +212,7 @@ def subgraph_labels(eff, u_src, u_dst, label, scratch_parent, scratch_label, sta
 
 
 @njit(cache=True)
-def concurrent_labels(eff, u_src, u_dst, label, parent, fwd, bwd):
+def concurrent_labels(eff, zero, u_src, u_dst, label, parent, fwd, bwd):
     """The subgraphs of concurrent execution: fills ``label``, returns their number.
 
     A subgraph is a region of same-device edges whose ops agree on ``fwd``, the number of device
@@ -221,7 +221,8 @@ def concurrent_labels(eff, u_src, u_dst, label, parent, fwd, bwd):
     other devices leave at its end (one infer request each): HETERO's subgraphs, further cut where
     running them whole would hold a tensor back from a device that could already use it. The order
     is acyclic: along an edge between subgraphs ``fwd`` never falls and ``bwd`` never rises, and
-    an edge keeping both is a same-device edge inside one subgraph.
+    an edge keeping both is a same-device edge inside one subgraph. Edges touching a ``zero`` op
+    (Parameter, Constant, Result: no subgraph runs them) are ignored; each such op is alone.
     """
     n = eff.shape[0]
     for i in range(n):
@@ -231,18 +232,24 @@ def concurrent_labels(eff, u_src, u_dst, label, parent, fwd, bwd):
     for e in range(u_src.shape[0]):
         u = u_src[e]
         v = u_dst[e]
+        if zero[u] or zero[v]:
+            continue
         s = fwd[u] + (1 if eff[u] != eff[v] else 0)
         if s > fwd[v]:
             fwd[v] = s
     for e in range(u_src.shape[0] - 1, -1, -1):
         u = u_src[e]
         v = u_dst[e]
+        if zero[u] or zero[v]:
+            continue
         s = bwd[v] + (1 if eff[u] != eff[v] else 0)
         if s > bwd[u]:
             bwd[u] = s
     for e in range(u_src.shape[0]):
         u = u_src[e]
         v = u_dst[e]
+        if zero[u] or zero[v]:
+            continue
         if eff[u] == eff[v] and fwd[u] == fwd[v] and bwd[u] == bwd[v]:
             _union(parent, u, v)
     k = 0
@@ -340,6 +347,93 @@ def parallel_latency(eff, time, zero, p_ptr, p_src, p_cost, label, counted, over
             avail[d] = finish[v]
         if finish[v] > end:
             end = finish[v]
+    return end
+
+
+@njit(cache=True)
+def concurrent_makespan(eff, time, zero, p_ptr, p_src, p_cost, label, n_lab, n_dev, launch, handover):
+    """Makespan of hdp's concurrent executor: its subgraphs (``label``, from
+    :func:`concurrent_labels`) run whole, one at a time per device.
+
+    A subgraph takes ``launch`` plus the time of its ops on its device; it starts when its device
+    is free and every input has arrived: the producing subgraph's end, plus ``handover`` per edge
+    between subgraphs and the copy time ``p_cost`` of an edge that crosses devices. Subgraphs are
+    started earliest-start first (an event simulation: start times never decrease), which is what
+    the executor's per-device lanes do. Zero-time ops (Parameter, Constant, Result) occupy no
+    device and cost nothing to hand over. ``inf`` if some op's device cannot run it.
+    """
+    n = eff.shape[0]
+    sub_time = np.zeros(n_lab)
+    sub_dev = np.full(n_lab, -1, np.int64)
+    for v in range(n):
+        if not zero[v]:
+            sub_time[label[v]] += time[v, eff[v]]
+            sub_dev[label[v]] = eff[v]
+    m = p_ptr[n]
+    e_a = np.empty(m, np.int64)
+    e_b = np.empty(m, np.int64)
+    e_c = np.empty(m)
+    ne = 0
+    for v in range(n):
+        for k in range(p_ptr[v], p_ptr[v + 1]):
+            u = p_src[k]
+            if label[u] == label[v]:
+                continue
+            c = 0.0
+            if not zero[u] and not zero[v]:
+                c = handover + (p_cost[k] if eff[u] != eff[v] else 0.0)
+            e_a[ne] = label[u]
+            e_b[ne] = label[v]
+            e_c[ne] = c
+            ne += 1
+    ptr = np.zeros(n_lab + 1, np.int64)
+    pending = np.zeros(n_lab, np.int64)
+    for j in range(ne):
+        ptr[e_a[j] + 1] += 1
+        pending[e_b[j]] += 1
+    for a in range(n_lab):
+        ptr[a + 1] += ptr[a]
+    fill = ptr[:n_lab].copy()
+    out_b = np.empty(ne, np.int64)
+    out_c = np.empty(ne)
+    for j in range(ne):
+        a = e_a[j]
+        out_b[fill[a]] = e_b[j]
+        out_c[fill[a]] = e_c[j]
+        fill[a] += 1
+    ready = np.zeros(n_lab)
+    done = np.zeros(n_lab, np.bool_)
+    avail = np.zeros(n_dev)
+    end = 0.0
+    for _ in range(n_lab):
+        best = -1
+        best_s = np.inf
+        for a in range(n_lab):
+            if done[a] or pending[a] > 0:
+                continue
+            s = ready[a]
+            d = sub_dev[a]
+            if d >= 0 and avail[d] > s:
+                s = avail[d]
+            if best < 0 or s < best_s:
+                best = a
+                best_s = s
+        if best < 0:
+            return np.inf  # a cycle: the labels were not from concurrent_labels
+        done[best] = True
+        d = sub_dev[best]
+        f = best_s
+        if d >= 0:
+            f = best_s + launch + sub_time[best]
+            avail[d] = f
+        if f > end:
+            end = f
+        for j in range(ptr[best], ptr[best + 1]):
+            b = out_b[j]
+            t = f + out_c[j]
+            if t > ready[b]:
+                ready[b] = t
+            pending[b] -= 1
     return end
 
 

@@ -118,7 +118,7 @@ def subgraph_labels(model, devices: Sequence[str]) -> tuple[list, np.ndarray, np
     src, dst = e[:, 0].copy(), e[:, 1].copy()
     n = len(ops)
     label = np.empty(n, np.int64)
-    k = K.concurrent_labels(eff, src, dst, label, np.empty(n, np.int64), np.empty(n, np.int64),
+    k = K.concurrent_labels(eff, np.zeros(n, np.bool_), src, dst, label, np.empty(n, np.int64), np.empty(n, np.int64),
                             np.empty(n, np.int64))
     split_vars = [(v, m) for v, m in members.items() if len({int(label[i]) for i in m}) > 1]
     if split_vars:

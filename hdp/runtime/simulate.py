@@ -31,6 +31,13 @@ pass, :mod:`hdp.runtime.calibrate`), which also corrects each device's profiled 
 Parallel semantics (:meth:`Simulator.latency_parallel`, for what-if analysis) let devices run
 concurrently: list scheduling in topological order, per-device ready times, transfer delays on
 crossing edges (no link congestion), each subgraph's overhead paid once before its first group.
+
+Concurrent semantics (:meth:`Simulator.latency_concurrent`) are those of hdp's own executor
+(:mod:`hdp.runtime.concurrent`): the groups are cut into the executor's subgraphs
+(:func:`~hdp.runtime._kernels.concurrent_labels`), each runs whole on its device, one at a time
+per device, starting when its inputs have arrived; ``launch`` seconds per subgraph and
+``handover`` seconds per edge between subgraphs, plus the copy time of edges crossing devices.
+The op-level what-if above is a lower bound of it: a subgraph hands its outputs over at its end.
 """
 
 from __future__ import annotations
@@ -158,6 +165,25 @@ class Simulator:
         opened = np.zeros(self.n_groups, np.bool_)
         return float(K.parallel_latency(d, self.time_full, self.zero, self.p_ptr, self.p_src, self.p_cost, label,
                                         self.counted, self.overhead, self._finish, self._avail, opened))
+
+    def concurrent_subgraphs(self, group_device: np.ndarray) -> tuple[np.ndarray, int]:
+        """(label per group, number of labels) of the concurrent executor's subgraphs."""
+        d = self._check(group_device)
+        label = np.empty(self.n_groups, np.int64)
+        k = K.concurrent_labels(d, self.zero, self.u_src, self.u_dst, label, self._parent, self._label2, self._stage)
+        return label, int(k)
+
+    def latency_concurrent(self, group_device: np.ndarray, launch: float | None = None,
+                           handover: float = 0.0) -> float:
+        """Makespan under hdp's concurrent executor (see the module docstring); ``launch``
+        defaults to the subgraph overhead of the cost table."""
+        d = self._check(group_device)
+        if not self.n_groups:
+            return 0.0
+        label, k = self.concurrent_subgraphs(d)
+        return float(K.concurrent_makespan(d, self.time_full, self.zero, self.p_ptr, self.p_src, self.p_cost,
+                                           label, k, self.n_devices, self.overhead if launch is None else launch,
+                                           handover))
 
     def report(self, group_device: np.ndarray) -> dict:
         """Simulated figures of one placement: ``simulated``, ``compute``, ``copy`` (seconds),

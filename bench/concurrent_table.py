@@ -1,0 +1,189 @@
+"""Concurrent execution against sequential HETERO and single devices, measured on this host.
+
+    python bench/concurrent_table.py --two-towers                      # the built-in two-tower model
+    python bench/concurrent_table.py placed.xml [placed2.xml ...]      # files from hdp compile
+    python bench/concurrent_table.py --two-towers --rounds 60 --json /tmp/conc.json
+
+For each placed model (the built-in one is placed tower by tower: tower A and the rest on CPU,
+tower B on CPU_B of ``virtual-2x1``), these candidates are timed **interleaved** in one process,
+one inference each per round in a balanced rotating order (:func:`hdp.runtime.stats.round_order`):
+
+- ``concurrent``: ``compile_placed(xml, execution="concurrent")``, the device subgraphs at once;
+- ``hetero``: ``compile_placed(xml)``, the same file under HETERO, one subgraph after another;
+- ``single:<dev>``: the model on one device of the target (its configuration), for each device;
+- ``cpu-all``: the plain CPU plugin in f32 with every core of the host (the best single compile
+  a user would make on it, outside the target).
+
+Every candidate's outputs are first checked against ``cpu-all`` (relative L2 error). Then each is
+compared with ``concurrent`` by :func:`hdp.runtime.stats.compare` (paired log-ratios, Hodges-Lehmann
+estimate, 95 % interval; the family of comparisons holds together at 95 %). Run it under
+``flock /work/measure.lock`` and report the load average it prints. Nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def two_towers(tmp: Path, n: int = 384, depth: int = 6) -> Path:
+    """x [1,n,n] -> {tower A, tower B} (``depth`` MatMul n x n + Relu each) -> Add -> y; tower B on
+    CPU_B, the rest on CPU, written as hdp writes a placed model for ``virtual-2x1``."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from hdp.runtime.target import load_target
+
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, n, n], np.float32, name="x")
+    a = b = x
+    on_b = []
+    for i in range(depth):
+        for tower in "ab":
+            w = ops.constant((rng.standard_normal((n, n)) * (1.0 / np.sqrt(n))).astype(np.float32), name=f"{tower}{i}_w")
+            y = ops.relu(ops.matmul(a if tower == "a" else b, w, False, False, name=f"{tower}{i}_mm"), name=f"{tower}{i}")
+            if tower == "a":
+                a = y
+            else:
+                b = y
+                on_b += [w, y, y.input(0).get_source_output().get_node()]
+    model = ov.Model([ops.result(ops.add(a, b, name="join"), name="y")], [x], "two_towers")
+    on_b = set(on_b)
+    for op in model.get_ordered_ops():
+        op.get_rt_info()["user_dataaffinity"] = "CPU_B" if op in on_b else "CPU"
+    t = load_target("virtual-2x1")
+    model.set_rt_info("CPU,CPU_B", ["hdp", "devices"])
+    model.set_rt_info("manual", ["hdp", "method"])
+    import msgspec
+
+    model.set_rt_info(msgspec.json.encode(t).decode(), ["hdp", "target"])
+    out = tmp / "two_towers_placed.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)
+    return out
+
+
+def _inputs(model) -> list:
+    from hdp.ir.openvino_frontend import Specialisation
+    from hdp.runtime.worker import _recorded_spec, random_inputs
+
+    spec = _recorded_spec(model)
+    shapes = None
+    if spec:
+        shapes = [i.shape for i in Specialisation.from_json(spec, "<placed>").inputs]
+    return random_inputs(model, seed=0, shapes=shapes)
+
+
+def candidates(xml: Path) -> tuple[dict, list]:
+    import openvino as ov
+
+    from hdp.runtime.devices import make_core
+    from hdp.runtime.placed import compile_placed, read_placed
+
+    pm = read_placed(xml)
+    core = make_core(pm.target, pm.devices)
+    out = {"concurrent": compile_placed(xml, execution="concurrent"), "hetero": compile_placed(xml, core=core)}
+    for d in pm.devices:
+        out[f"single:{d}"] = core.compile_model(read_placed(xml).model, d)
+    out["cpu-all"] = ov.Core().compile_model(read_placed(xml).model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return out, _inputs(pm.model)
+
+
+def _relative_error(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    den = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / den) if den > 0 else float(np.linalg.norm(a - b))
+
+
+def measure(xml: Path, rounds: int, warmup: int = 5) -> dict:
+    from hdp.runtime.stats import compare, round_order
+
+    cands, inputs = candidates(xml)
+    names = list(cands)
+    reqs = {}
+    for k, c in cands.items():
+        r = c.create_infer_request()
+        for i, a in enumerate(inputs):
+            import openvino as ov
+
+            r.set_input_tensor(i, ov.Tensor(a))
+        reqs[k] = r
+    ref = None
+    errors = {}
+    for k in reversed(names):  # cpu-all first
+        reqs[k].infer()
+        outs = [np.array(reqs[k].get_output_tensor(j).data, copy=True) for j in range(len(cands[k].outputs))]
+        if ref is None:
+            ref = outs
+        errors[k] = max(_relative_error(a, b) for a, b in zip(outs, ref))
+    for _ in range(warmup):
+        for k in names:
+            reqs[k].infer()
+    times = np.zeros((rounds, len(names)))
+    clock = time.perf_counter
+    for r in range(rounds):
+        for j in round_order(r, len(names)):
+            t0 = clock()
+            reqs[names[j]].infer()
+            times[r, j] = clock() - t0
+    base = names.index("concurrent")
+    family = len(names) - 1
+    comps = {n: compare(times[:, base], times[:, j], names=("concurrent", n), family=family)
+             for j, n in enumerate(names) if j != base}
+    subs = cands["concurrent"].split.subgraphs
+    return {"model": str(xml), "rounds": rounds, "median_ms": {n: float(np.median(times[:, j]) * 1e3) for j, n in enumerate(names)},
+            "error": errors, "comparisons": {n: c.to_dict() for n, c in comps.items()},
+            "subgraphs": [(s.device, len(s.ops)) for s in subs],
+            "hetero_submodels": int(cands["hetero"].get_property("HETERO_NUMBER_OF_SUBMODELS")),
+            "times": times.tolist(), "names": names}
+
+
+def render(res: dict) -> str:
+    lines = [f"## {Path(res['model']).name}: {len(res['subgraphs'])} concurrent subgraphs "
+             f"({', '.join(f'{d}:{n}' for d, n in res['subgraphs'])}), HETERO {res['hetero_submodels']} submodels, "
+             f"{res['rounds']} interleaved rounds", "",
+             "| candidate | median ms | max rel. error vs cpu-all | vs concurrent (95 % simultaneous CI) |",
+             "|---|---:|---:|---|"]
+    for n, ms in res["median_ms"].items():
+        c = res["comparisons"].get(n)
+        # the comparison reads B=n against A=concurrent; say it from concurrent's side
+        if c is None:
+            what = "-"
+        else:
+            what = f"{n} is x{c['ratio']:.3f} of concurrent ({c['low']:.3f}…{c['high']:.3f}): {c['verdict']}"
+        lines.append(f"| {n} | {ms:.2f} | {res['error'][n]:.1e} | {what} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("placed", nargs="*", type=Path)
+    ap.add_argument("--two-towers", action="store_true")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="hdp-conc-"))
+    files = list(args.placed) + ([two_towers(tmp)] if args.two_towers else [])
+    out = []
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for f in files:
+        res = measure(f, args.rounds)
+        res["load_after"] = os.getloadavg()
+        out.append(res)
+        print(render(res))
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in res['load_after'])}\n")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
