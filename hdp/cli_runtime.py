@@ -111,13 +111,18 @@ def targets_cmd(as_json):
 @click.option("--max-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With several files or --plain: at most this long running interleaved rounds "
                    "(compiles excluded).")
+@click.option("--execution", type=click.Choice(["sequential", "concurrent"]), default="sequential",
+              show_default=True,
+              help="How the placement runs: under HETERO, one subgraph after another, or by hdp's concurrent "
+                   "executor (every device at once). concurrent runs one PLACED file head to head with the same "
+                   "file under HETERO and with every op on each device it uses, and says how they compare.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in seconds).")
 @with_options(cache_options("a single placement's measurement goes to <cache-dir>/measure",
                             "Measure again and cache nothing."))
 @user_errors
 @cache_scoped
-def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resolution, max_seconds, as_json,
-                 cache_dir, no_cache):
+def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resolution, max_seconds, execution,
+                 as_json, cache_dir, no_cache):
     """Measure placed models (from `hdp compile`) with HETERO on the target's real devices.
 
     One PLACED file alone is measured on its own (a figure measured earlier is reused unless
@@ -143,6 +148,12 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
                                    "(no --target, --devices, --plain or other files)")
         return _evaluate_blob(blobs[0], runs=runs, warmup=warmup, timeout=timeout, as_json=as_json)
     tgt = _load_target(target, devices, default=None)
+    if execution == "concurrent":
+        if len(placed) > 1 or plain:
+            raise click.UsageError("--execution concurrent evaluates one placed file (against itself under HETERO "
+                                   "and every single device it uses); no other files or --plain")
+        return _evaluate_concurrent(placed[0], tgt, runs=runs, warmup=warmup, timeout=timeout,
+                                    resolution=resolution, max_seconds=max_seconds, as_json=as_json)
     if len(placed) > 1:
         return _evaluate_several(list(placed), tgt, runs=runs, warmup=warmup, timeout=timeout, plain=plain,
                                  resolution=resolution, max_seconds=max_seconds, as_json=as_json)
@@ -197,6 +208,57 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
             click.echo(f"placement vs plain {plain}: {comparison.describe()}, "
                        f"interleaved over {comparison.rounds} rounds{note}")
     failed = [m for m in res.values() if not m.ok]
+    if failed:
+        raise MeasureError(failed[0].error)
+
+
+def _evaluate_concurrent(xml: str, tgt, *, runs, warmup, timeout, resolution, max_seconds, as_json) -> None:
+    """``hdp evaluate PLACED --execution concurrent``: the file checked as the concurrent executor
+    runs it, then measured head to head by that executor, under HETERO and on every single device it
+    uses; one verdict each against the concurrent run, the family holding at 95 %."""
+    import msgspec
+
+    from hdp.runtime.measure import Measurer, placed_device_of
+    from hdp.runtime.measurement import MeasureError, placed_file
+    from hdp.runtime.measurement import plain as plain_candidate
+    from hdp.runtime.stats import SequentialPlan
+    from hdp.runtime.verify import check_placed_file
+
+    if tgt is None:
+        tgt = placed_device_of(xml)[2]
+    checked = check_placed_file(xml, tgt, timeout=timeout, execution="concurrent")
+    if not checked.passed:
+        raise MeasureError(f"{xml}: the placed model {checked.describe()}")
+    conc = placed_file(xml, "concurrent", tgt, execution="concurrent")
+    run = [conc, placed_file(xml, "HETERO", tgt)] + [plain_candidate(d, f"single {d}") for d in conc.used]
+    plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
+                          max_seconds=max_seconds)
+    with Measurer(xml, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=False) as m:
+        head = m.head_to_head(run, plan)
+    family = len(run) - 1
+    pairs = []
+    for k in range(1, len(run)):
+        if not (head.measurements[0].ok and head.measurements[k].ok):
+            bad = next(x for x in (head.measurements[0], head.measurements[k]) if not x.ok)
+            pairs.append({"a": run[k].name, "b": "concurrent", "text": f"concurrent vs {run[k].name}: not compared "
+                                                                        f"({bad.error})"})
+            continue
+        c = head.compare(k, 0, family=family)
+        pairs.append({"a": run[k].name, "b": "concurrent", "comparison": c.to_dict(),
+                      "text": f"concurrent vs {run[k].name}: {c.describe()}"})
+    if as_json:
+        out = {"file": xml, "target": tgt.name, "execution": "concurrent", "check": msgspec.to_builtins(checked),
+               "measurements": {c.name: x.to_dict() for c, x in zip(run, head.measurements)},
+               "rounds": head.rounds, "seconds": head.seconds, "stopped": head.reason, "pairs": pairs}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"{xml}: {checked.describe()}")
+        click.echo(head.header())
+        for c, x in zip(run, head.measurements):
+            click.echo(f"{c.name}: {x.summary()}")
+        for p in pairs:
+            click.echo(p["text"])
+    failed = [x for x in head.measurements if not x.ok]
     if failed:
         raise MeasureError(failed[0].error)
 

@@ -333,3 +333,29 @@ def test_concurrent_makespan_waits_for_whole_subgraphs():
 
     gd = per_group(sim.problem, np.array([0, 0, 0, 1, 0, 0]))
     assert sim.latency_concurrent(gd) == pytest.approx(1 + 3 + 1)
+
+
+def test_hdp_evaluate_execution_concurrent(branchy_xml, tmp_path):
+    """`hdp evaluate --execution concurrent`: checked as the executor runs it, then measured head to
+    head with HETERO and each single device, one verdict each (the figures are not asserted)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    m = lower(branchy_xml)
+    names = [op.name for op in m.graph.ops]
+    dev = np.array([1 if n in ("mul", "sum", "out") else 0 for n in names], np.int16)
+    out = write_placed(m.replace(placement=Placement("test", ("CPU", "CPU_B"), Array.of(dev))),
+                       tmp_path / "p.xml", load_target("virtual-f32"))
+    r = CliRunner().invoke(main, ["evaluate", str(out), "--execution", "concurrent", "--json", "--runs", "6",
+                                  "--max-seconds", "1", "--warmup", "1"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["check"]["passed"] and res["check"]["execution"] == "concurrent"
+    assert set(res["measurements"]) == {"concurrent", "HETERO", "single CPU", "single CPU_B"}
+    assert [p["a"] for p in res["pairs"]] == ["HETERO", "single CPU", "single CPU_B"]
+    assert all("comparison" in p for p in res["pairs"])
+    r = CliRunner().invoke(main, ["evaluate", str(out), str(out), "--execution", "concurrent"])
+    assert r.exit_code == 2 and "evaluates one placed file" in r.output

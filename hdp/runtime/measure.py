@@ -392,7 +392,8 @@ class Measurer:
                 if self.target.device(name).kind != "real":
                     raise InputError(f"{c.xml}: placed on '{name}', a modeled device of target "
                                      f"'{self.target.name}'; it cannot run here")
-            return P.Prepare(xml=c.xml), "HETERO:" + ",".join(c.used), c.graph or ("file", c.xml)
+            how = "concurrent:" if c.execution == "concurrent" else "HETERO:"
+            return P.Prepare(xml=c.xml, execution=c.execution), how + ",".join(c.used), c.graph or ("file", c.xml)
         if c.plain is not None:
             d = self.target.device(c.plain)
             if d.kind != "real":
@@ -562,18 +563,19 @@ class Measurer:
                       estimates=None if estimates is None else tuple(float(e) for e in estimates),
                       head=head, selection=sel)
 
-    def check(self, device_of=None, devices=None, *, xml=None, rename: dict | None = None) -> dict:
+    def check(self, device_of=None, devices=None, *, xml=None, rename: dict | None = None,
+              execution: str = "sequential") -> dict:
         """Run a placement (``device_of``, indices into ``devices``; or the placed model file
         ``xml``) with HETERO against the original on the plain CPU plugin (the worker's
         :class:`~hdp.runtime.protocol.Check`). Returns its verdict as plain data: ``passed``,
         ``error`` or ``max_error``/``where``, ``runs``; a crashed or hung worker is a failed check,
         not an exception."""
         if xml is not None:
-            req = P.Check(xml=str(xml), rename=dict(rename or {}))
+            req = P.Check(xml=str(xml), rename=dict(rename or {}), execution=execution)
         else:
             dev, devices = self._placement(device_of, devices)
             req = P.Check(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()),
-                          rename=dict(rename or {}))
+                          rename=dict(rename or {}), execution=execution)
         try:
             reply = self._call(req)
         except WorkerFailure as e:

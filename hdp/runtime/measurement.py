@@ -118,6 +118,7 @@ class Candidate:
     xml: str | None = None
     used: tuple[str, ...] = ()  # of ``xml``: the devices its ops are on
     graph: tuple[str, str] | None = None  # of ``xml``: see graph_of and placed_file
+    execution: str = "sequential"  # of a placement or a file: HETERO, or hdp's concurrent executor
 
 
 def graph_of(device_of, devices: Sequence[str]) -> tuple[str, str]:
@@ -131,7 +132,8 @@ def graph_of(device_of, devices: Sequence[str]) -> tuple[str, str]:
     return ("mixed", hashlib.blake2b(per_op.encode(), digest_size=16).hexdigest())
 
 
-def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target | None = None) -> Candidate:
+def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target | None = None,
+                execution: str = "sequential") -> Candidate:
     """A placed model file (from ``hdp compile``) as a head-to-head candidate, compiled with
     HETERO as the file has it. Its graph identity is ``("one", device)`` when every op is on one
     device, else ``("file", digest)`` of its op structure and every op's device: two files with
@@ -153,7 +155,10 @@ def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target 
         h = hashlib.blake2b(op_structure(ops).digest().encode(), digest_size=16)
         h.update("\n".join(op.get_rt_info()["affinity"].astype(str) for op in ops).encode())
         graph = ("file", h.hexdigest())
-    return Candidate(name=name or str(xml), xml=str(Path(xml).resolve()), used=tuple(pm.used), graph=graph)
+    if execution != "sequential" and len(pm.used) > 1:
+        graph = (execution, graph[1])  # another way of running it: never the same as HETERO's
+    return Candidate(name=name or str(xml), xml=str(Path(xml).resolve()), used=tuple(pm.used), graph=graph,
+                     execution=execution)
 
 
 def plain(device: str, name: str | None = None) -> Candidate:

@@ -32,7 +32,7 @@ a :class:`Placement` (device names and an int16 index into them per op position)
 from __future__ import annotations
 
 import struct
-from typing import Union
+from typing import Literal, Union
 
 import msgspec
 
@@ -48,6 +48,11 @@ PARENT_ENV = "HDP_WORKER_PARENT"
 
 class _Message(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", forbid_unknown_fields=True):
     pass
+
+
+#: How a placement runs: under HETERO, one subgraph after another, or by hdp's concurrent executor
+#: (:mod:`hdp.runtime.concurrent`), every device at once.
+Execution = Literal["sequential", "concurrent"]
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -116,6 +121,7 @@ class Measure(_Message, tag="measure"):
     placement: Placement
     runs: int
     warmup: int
+    execution: Execution = "sequential"
 
 
 class Plain(_Message, tag="plain"):
@@ -150,6 +156,7 @@ class Prepare(_Message, tag="prepare"):
     placement: Placement | None = None
     xml: str | None = None
     warmup: int = 0
+    execution: Execution = "sequential"  # of a placement or a file
 
 
 class Rounds(_Message, tag="rounds"):
@@ -176,6 +183,7 @@ class Check(_Message, tag="check"):
     placement: Placement | None = None
     xml: str | None = None
     rename: dict[str, str] = {}
+    execution: Execution = "sequential"
 
 
 class Blob(_Message, tag="blob"):

@@ -54,13 +54,15 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float = 0.0
     stand_ins: bool = False  # modeled devices were checked on CPU stand-ins
     floor: float = 0.0  # the largest error of the original on one of the used devices alone
+    execution: str = "sequential"  # run under HETERO, or by hdp's concurrent executor
 
     def describe(self) -> str:
         where = " (modeled devices on CPU stand-ins: the cut structure was checked)" if self.stand_ins else ""
         why = (f", {PRECISION_MARGIN:g}x the {self.floor:.1e} of its least precise device alone"
                if self.tolerance > self.floor > 0 and self.tolerance == PRECISION_MARGIN * self.floor else "")
+        how = "concurrently (hdp's executor)" if self.execution == "concurrent" else "under HETERO"
         if self.passed:
-            return (f"checked: runs under HETERO and matches the original (relative error "
+            return (f"checked: runs {how} and matches the original (relative error "
                     f"{self.max_error:.1e} <= {self.tolerance:.1e}{why} over {self.runs} run(s)){where}")
         return f"check failed{where}: {self.error}"
 
@@ -152,22 +154,24 @@ class PlacementChecker:
         self.close()
 
 
-def check_placed_file(xml, target: Target | None = None, timeout: float = 300.0) -> CheckResult:
+def check_placed_file(xml, target: Target | None = None, timeout: float = 300.0,
+                      execution: str = "sequential") -> CheckResult:
     """Check a placed model file (from ``hdp compile``) against its own plain CPU compile: what
-    ``hdp evaluate`` does before measuring. ``target`` defaults to the one the file records."""
+    ``hdp evaluate`` does before measuring. ``target`` defaults to the one the file records;
+    ``execution="concurrent"`` runs it by hdp's concurrent executor instead of HETERO."""
     from hdp.runtime.measure import Measurer, placed_device_of
 
     dev, devices, tgt = placed_device_of(xml, target)
     used = [devices[int(k)] for k in np.unique(dev)]
     check_tgt, rename = check_target(tgt)
     with Measurer(xml, check_tgt, runs=1, warmup=0, timeout=timeout, cache=False) as m:
-        reply = m.check(xml=xml, rename=rename)
+        reply = m.check(xml=xml, rename=rename, execution=execution)
     floor = max(reply.get("device_errors", {}).values(), default=0.0)
     tol = calibrated(tolerance(tgt, used, bool(reply.get("stateful"))), [floor])
     err = float(reply.get("max_error", 0.0))
     ok = bool(reply.get("passed")) and err <= tol
     return CheckResult(passed=ok, max_error=err, tolerance=tol, runs=int(reply.get("runs", 0)),
-                       stand_ins=any(d in rename for d in used), floor=floor,
+                       stand_ins=any(d in rename for d in used), floor=floor, execution=execution,
                        error="" if ok else str(reply.get("error") or f"outputs differ from the plain compile: "
                                                                        f"relative error {err:.3g} (tolerance {tol:.0e})"))
 

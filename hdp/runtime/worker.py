@@ -320,11 +320,10 @@ class Worker:
         restore_affinity(model, xml)
         return model
 
-    def _compile_placed(self, placement: P.Placement | None, xml: str | None = None):
+    def _compile_placed(self, placement: P.Placement | None, xml: str | None = None, execution: str = "sequential"):
         """(compiled model, compile seconds) of ``placement`` (built by :meth:`_placed_model`) or of
-        the placed file ``xml`` (:meth:`_placed_file`), compiled with HETERO over the devices used."""
-        from hdp.runtime.devices import hetero_name
-
+        the placed file ``xml`` (:meth:`_placed_file`), compiled with HETERO over the devices used,
+        or (``execution="concurrent"``) by hdp's concurrent executor."""
         if xml:
             model = self._placed_file(xml)
             used = _set_affinity(model)
@@ -332,13 +331,23 @@ class Worker:
             devices = list(placement.devices)
             model = self._placed_model(devices, np.frombuffer(placement.device_of, np.int16))
             used = sorted(_set_affinity(model), key=devices.index)  # HETERO's device list in target order
+        return self._compile_as(model, used, execution)
+
+    def _compile_as(self, model, used: list[str], execution: str):
+        from hdp.runtime.devices import hetero_name
+
         core = self.core(tuple(used))
         t0 = time.perf_counter()
-        compiled = core.compile_model(model, hetero_name(used), {})
+        if execution == "concurrent":
+            from hdp.runtime.concurrent import compile_concurrent
+
+            compiled = compile_concurrent(model, self.target, core, used, source=self.xml)
+        else:
+            compiled = core.compile_model(model, hetero_name(used), {})
         return compiled, time.perf_counter() - t0
 
     def measure(self, req: P.Measure) -> P.Timed:
-        compiled, compile_s = self._compile_placed(req.placement)
+        compiled, compile_s = self._compile_placed(req.placement, execution=req.execution)
         times = self._time(compiled, req.runs, req.warmup)
         return P.Timed(times=times, compile_seconds=compile_s, submodels=_submodels(compiled))
 
@@ -354,7 +363,7 @@ class Worker:
             compiled = core.compile_model(self._written(), req.plain, {})
             compile_s = time.perf_counter() - t0
         else:
-            compiled, compile_s = self._compile_placed(req.placement, req.xml)
+            compiled, compile_s = self._compile_placed(req.placement, req.xml, req.execution)
             submodels = _submodels(compiled)
         ireq = compiled.create_infer_request()
         start = self._ready(ireq)
@@ -446,7 +455,6 @@ class Worker:
         output with the original on the plain CPU plugin (see :class:`~hdp.runtime.protocol.Check`)."""
         from hdp.errors import InputError
         from hdp.ir import openvino_frontend as fe
-        from hdp.runtime.devices import hetero_name
 
         if (req.placement is None) == (req.xml is None):
             raise InputError("worker: check a placement or a placed file")
@@ -459,7 +467,7 @@ class Worker:
         t0 = time.perf_counter()
         reference = _in_thread(lambda: self._reference_outputs(runs), "hdp-check-reference")
         try:
-            compiled = self.core(tuple(used)).compile_model(model, hetero_name(used), {})
+            compiled, _ = self._compile_as(model, used, req.execution)
             got = self._run_all(compiled, runs)
         except Exception as e:  # noqa: BLE001 - the check's verdict, not a worker failure
             reference()  # (its own failure, if any, is the worker's)
