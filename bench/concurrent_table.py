@@ -3,6 +3,7 @@
     python bench/concurrent_table.py --two-towers                      # the built-in two-tower model
     python bench/concurrent_table.py placed.xml [placed2.xml ...]      # files from hdp compile
     python bench/concurrent_table.py --two-towers --rounds 60 --json /tmp/conc.json
+    python bench/concurrent_table.py --zoo vit-tiny,gpt2-tiny --method heft   # zoo models placed by hdp compile
 
 For each placed model (the built-in one is placed tower by tower: tower A and the rest on CPU,
 tower B on CPU_B of ``virtual-2x1``), these candidates are timed **interleaved** in one process,
@@ -67,6 +68,20 @@ def two_towers(tmp: Path, n: int = 384, depth: int = 6) -> Path:
     model.set_rt_info(msgspec.json.encode(t).decode(), ["hdp", "target"])
     out = tmp / "two_towers_placed.xml"
     ov.save_model(model, str(out), compress_to_fp16=False)
+    return out
+
+
+def place_zoo(name: str, tmp: Path, method: str, target: str) -> Path:
+    """A zoo model exported (cached) and placed by ``hdp compile --method METHOD --target TARGET``."""
+    import subprocess
+
+    from hdp.zoo import export
+
+    xml = export(name, tmp / f"{name}.xml")
+    out = tmp / f"{name}-{method}-placed.xml"
+    cmd = [sys.executable, "-m", "hdp", "compile", str(xml), "-o", str(out), "--target", target, "--method", method,
+           "--no-compare", "-q"]
+    subprocess.run(cmd, check=True)
     return out
 
 
@@ -166,6 +181,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("placed", nargs="*", type=Path)
     ap.add_argument("--two-towers", action="store_true")
+    ap.add_argument("--zoo", default="", help="comma-separated zoo models to place and measure")
+    ap.add_argument("--method", default="heft", help="placer for --zoo (hdp compile --method)")
+    ap.add_argument("--target", default="virtual-2x1", help="target for --zoo")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -173,6 +191,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="hdp-conc-"))
     files = list(args.placed) + ([two_towers(tmp)] if args.two_towers else [])
+    files += [place_zoo(n, tmp, args.method, args.target) for n in args.zoo.split(",") if n]
     out = []
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for f in files:

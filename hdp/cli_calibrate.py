@@ -53,7 +53,8 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
                   batch, seed, fresh, json_out, timeout, cache_dir, no_cache):
     """Measure placements of MODELS on a real target and fit what a cut between devices costs on
     this host (per HETERO subgraph, per copied tensor, per byte), with corrections of each model's
-    profile. The result is stored per host, OpenVINO version and target in the hdp cache, and
+    profile, and what hdp's concurrent executor adds (per inference, per subgraph, per hand-over
+    between devices; used by `--execution concurrent`). The result is stored per host, OpenVINO version and target in the hdp cache, and
     `hdp compile` uses it from then on (the `boundary` pass after `profile`).
 
     Every placement is measured interleaved with a reference (every op on the first device), so
@@ -93,7 +94,9 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
             click.echo(f"refitting with {len(kept)} stored observations of "
                        f"{len({o.costs for o in kept})} other profiles (--fresh to drop them)")
         observations = kept + observations
-    cal = C.build(tgt, observations)
+    from hdp.runtime.concurrent import fit_executor_costs
+
+    cal = C.build(tgt, observations, executor=fit_executor_costs(tgt))
     for line in C.report(cal):
         click.echo(line)
     agree = [o for o in cal.observations if o.hetero_subgraphs > 0]

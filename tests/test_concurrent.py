@@ -359,3 +359,18 @@ def test_hdp_evaluate_execution_concurrent(branchy_xml, tmp_path):
     assert all("comparison" in p for p in res["pairs"])
     r = CliRunner().invoke(main, ["evaluate", str(out), str(out), "--execution", "concurrent"])
     assert r.exit_code == 2 and "evaluates one placed file" in r.output
+
+
+def test_fit_executor_costs_measures_three_probes():
+    """The executor's own costs come from real runs on the bed (their values are not asserted)."""
+    from hdp.runtime.concurrent import ExecutorCosts, fit_executor_costs
+
+    c = fit_executor_costs(load_target("virtual-f32"), rounds=12)
+    assert isinstance(c, ExecutorCosts) and c.rounds == 12
+    for x, (lo, hi) in ((c.request, c.request_ci), (c.launch, c.launch_ci), (c.handover, c.handover_ci)):
+        assert x >= 0 and lo <= hi
+    assert c.handover_ci != (0.0, 0.0)  # two devices: the alternating probe ran
+    assert "per subgraph" in c.describe()
+    one = fit_executor_costs(load_target("virtual-f32").__class__(
+        name="one", devices=[load_target("virtual-f32").devices[0]]), rounds=8)
+    assert one.handover == 0.0 and one.handover_ci == (0.0, 0.0)

@@ -69,6 +69,7 @@ import msgspec
 import numpy as np
 
 from hdp.errors import InputError
+from hdp.runtime.concurrent import ExecutorCosts
 
 #: Bump when the meaning of a stored calibration changes.
 CALIBRATION_VERSION = 1
@@ -157,6 +158,8 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     contrast: float = 1.0
     #: 90th percentile of the absolute held-out errors on mixed placements (None: none held out)
     error: float | None = None
+    #: what hdp's concurrent executor costs on this host (:func:`hdp.runtime.concurrent.fit_executor_costs`)
+    executor: ExecutorCosts | None = None
 
     def scale_for(self, costs: str) -> ModelScale | None:
         return next((m for m in self.models if m.costs == costs), None)
@@ -594,8 +597,9 @@ def calibration_for(target, cache_root: str | os.PathLike | None) -> Calibration
     return CalibrationStore(cache_root).get(target)
 
 
-def build(target, observations: Sequence[Observation]) -> Calibration:
-    """Fit a :class:`Calibration` of ``target`` from observations (old and new)."""
+def build(target, observations: Sequence[Observation], executor: ExecutorCosts | None = None) -> Calibration:
+    """Fit a :class:`Calibration` of ``target`` from observations (old and new); ``executor``: the
+    concurrent executor's costs measured with them."""
     from hdp.runtime.host import host_facts, host_fingerprint
 
     link = (float(target.link.latency), float(target.link.bandwidth), float(target.link.subgraph_overhead))
@@ -608,7 +612,8 @@ def build(target, observations: Sequence[Observation]) -> Calibration:
     return Calibration(version=CALIBRATION_VERSION, target=target.name, devices=target.device_names,
                        host=host_fingerprint(), host_facts=dict(host_facts()),
                        created=_dt.datetime.now().isoformat(timespec="seconds"), link=link, boundary=bm,
-                       models=models, observations=tuple(observations), error=err, contrast=contrast)
+                       models=models, observations=tuple(observations), error=err, contrast=contrast,
+                       executor=executor)
 
 
 def report(cal: Calibration) -> list[str]:
@@ -639,6 +644,8 @@ def report(cal: Calibration) -> list[str]:
                      f"(fitted placements: median {fa['median_abs'] * 100:.1f} %)")
     if cal.error is not None:
         lines.append(f"optimal's margin (90th percentile of the held-out |error|): {cal.error * 100:.1f} %")
+    if cal.executor is not None:
+        lines.append(cal.executor.describe())
     return lines
 
 

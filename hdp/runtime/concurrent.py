@@ -39,6 +39,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from hdp.errors import InputError
@@ -556,3 +557,124 @@ def compile_concurrent(model, target, core, devices: Sequence[str], config: dict
             raise InputError(f"{source}: subgraph {s} ({len(sub.ops)} ops from "
                              f"'{sub.ops[0].get_friendly_name()}') does not compile on {sub.device}: {err}")
     return ConcurrentModel(model, split, compiled, cores)
+
+
+# --------------------------------------------------------------------------- the executor's own costs
+
+
+class ExecutorCosts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the executor costs beyond the ops it runs, measured on this host: ``request`` seconds
+    per inference (starting it, waiting for the last subgraph, handing the outputs back),
+    ``launch`` per subgraph (a lane picks it up, binds its inputs, runs its infer request, reports
+    it done) and ``handover`` per edge between subgraphs on different lanes (a successor released
+    by one lane, started on another). ``*_ci``: their 95 % intervals."""
+
+    request: float
+    launch: float
+    handover: float
+    request_ci: tuple[float, float] = (0.0, 0.0)
+    launch_ci: tuple[float, float] = (0.0, 0.0)
+    handover_ci: tuple[float, float] = (0.0, 0.0)
+    rounds: int = 0
+
+    def describe(self) -> str:
+        def us(x, ci):
+            return f"{x * 1e6:.1f} us (95 % CI {ci[0] * 1e6:.1f}…{ci[1] * 1e6:.1f})"
+
+        return (f"concurrent executor: {us(self.request, self.request_ci)} per inference, "
+                f"{us(self.launch, self.launch_ci)} per subgraph, {us(self.handover, self.handover_ci)} per "
+                f"hand-over between devices; {self.rounds} interleaved rounds")
+
+
+def _probe(devices: Sequence[str], n: int, fan: bool = False):
+    """x [1,64] -> n Multiply ops by constants, op i on ``devices[i % len(devices)]``: a chain, or
+    (``fan``) n independent ops each giving an output (as many subgraphs on one device)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 64], np.float32, name="x")
+    y = x
+    placed, outs = [], []
+    for i in range(n):
+        c = ops.constant(np.full((1, 64), 1.0 + 1e-3 * i, np.float32))
+        y = ops.multiply(x if fan else y, c)
+        placed.append((y, c, devices[i % len(devices)]))
+        if fan:
+            outs.append(ops.result(y))
+    model = ov.Model(outs or [ops.result(y, name="y")], [x], f"probe{n}")
+    for op in model.get_ordered_ops():
+        op.get_rt_info()["affinity"] = devices[0]
+    for y_, c, d in placed:
+        y_.get_rt_info()["affinity"] = d
+        c.get_rt_info()["affinity"] = d
+    return model
+
+
+def fit_executor_costs(target, core=None, *, rounds: int = 200, n: int = 8) -> ExecutorCosts:
+    """Measure :class:`ExecutorCosts` on the first two real devices of ``target`` (one device: the
+    hand-over is not measured and reads 0).
+
+    Three probes of ``n`` tiny ops are run by the executor and, sub-request by sub-request, inline
+    on the calling thread, interleaved round by round; what the executor adds to the inline time
+    is ``request + launch`` for one subgraph (every op on one device, a chain), ``request + n
+    launch`` for ``n`` independent subgraphs on one device, and ``request + n launch + (n - 1)
+    handover`` for a chain alternating between two devices. Each estimate is the Hodges-Lehmann
+    centre of its per-round values, with its 95 % interval."""
+    import time
+
+    import openvino as ov
+
+    from hdp.runtime.devices import make_core
+    from hdp.runtime.stats import hodges_lehmann
+
+    real = [d.name for d in target.devices if d.kind == "real"]
+    if not real:
+        raise InputError(f"target '{target.name}' has no real device: the executor's costs cannot be measured")
+    devs = real[:2]
+    core = core or make_core(target, devs)
+    probes = [(_probe(devs[:1], n), devs[:1]), (_probe(devs[:1], n, fan=True), devs[:1])]
+    if len(devs) > 1:
+        probes.append((_probe(devs, n), devs))
+    models = [compile_concurrent(m, target, core, d, source="<executor probe>") for m, d in probes]
+    x = ov.Tensor(np.ones((1, 64), np.float32))
+    reqs = []
+    for cm in models:
+        req = cm.create_infer_request()
+        req.set_input_tensor(0, x)
+        reqs.append(req)
+    clock = time.perf_counter
+
+    def inline(req) -> float:
+        t = 0.0
+        for s, sub in enumerate(req.cm.split.subgraphs):
+            r = req.requests[s]
+            for k, src in enumerate(sub.sources):
+                r.set_input_tensor(k, req.inputs[src[1]] if src[0] == "input"
+                                   else req.requests[src[1]].get_output_tensor(src[2]))
+            t0 = clock()
+            r.infer()
+            t += clock() - t0
+        return t
+
+    extra = np.zeros((rounds, len(reqs)))
+    for r in range(-10, rounds):  # 10 warm-up rounds
+        for j in (range(len(reqs)) if r % 2 else reversed(range(len(reqs)))):
+            t0 = clock()
+            reqs[j].infer()
+            took = clock() - t0
+            if r >= 0:
+                extra[r, j] = took - inline(reqs[j])
+    for cm in models:
+        cm.close()
+    k = [len(cm.split.subgraphs) for cm in models]
+    launch = hodges_lehmann((extra[:, 1] - extra[:, 0]) / (k[1] - 1))
+    request = hodges_lehmann(extra[:, 0] - (extra[:, 1] - extra[:, 0]) / (k[1] - 1))
+    out = dict(request=max(request[0], 0.0), launch=max(launch[0], 0.0), request_ci=request[1:],
+               launch_ci=launch[1:], rounds=rounds)
+    if len(reqs) > 2:
+        hand = hodges_lehmann((extra[:, 2] - extra[:, 1] - (k[2] - k[1]) * (extra[:, 1] - extra[:, 0]) / (k[1] - 1))
+                              / (k[2] - 1))
+        out.update(handover=max(hand[0], 0.0), handover_ci=hand[1:])
+    else:
+        out.update(handover=0.0)
+    return ExecutorCosts(**out)

@@ -174,16 +174,16 @@ class Simulator:
         return label, int(k)
 
     def latency_concurrent(self, group_device: np.ndarray, launch: float | None = None,
-                           handover: float = 0.0) -> float:
-        """Makespan under hdp's concurrent executor (see the module docstring); ``launch``
-        defaults to the subgraph overhead of the cost table."""
+                           handover: float = 0.0, request: float = 0.0) -> float:
+        """Latency under hdp's concurrent executor (see the module docstring): ``request`` plus the
+        makespan; ``launch`` defaults to the subgraph overhead of the cost table."""
         d = self._check(group_device)
         if not self.n_groups:
             return 0.0
         label, k = self.concurrent_subgraphs(d)
-        return float(K.concurrent_makespan(d, self.time_full, self.zero, self.p_ptr, self.p_src, self.p_cost,
-                                           label, k, self.n_devices, self.overhead if launch is None else launch,
-                                           handover))
+        return request + float(K.concurrent_makespan(d, self.time_full, self.zero, self.p_ptr, self.p_src,
+                                                     self.p_cost, label, k, self.n_devices,
+                                                     self.overhead if launch is None else launch, handover))
 
     def report(self, group_device: np.ndarray) -> dict:
         """Simulated figures of one placement: ``simulated``, ``compute``, ``copy`` (seconds),
