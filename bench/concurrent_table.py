@@ -15,6 +15,12 @@ one inference each per round in a balanced rotating order (:func:`hdp.runtime.st
 - ``cpu-all``: the plain CPU plugin in f32 with every core of the host (the best single compile
   a user would make on it, outside the target).
 
+With ``--simulate`` the model is also profiled on the target (``support``, ``profile``, ``coarsen``
+passes, cached in ``--cache-dir``) and the executor's own costs are measured on this host
+(:func:`hdp.runtime.concurrent.fit_executor_costs`, as ``hdp calibrate`` does), and the table gives
+the simulated latency of each placed candidate beside its measured median, with the error
+``simulated / measured - 1``.
+
 Every candidate's outputs are first checked against ``cpu-all`` (relative L2 error). Then each is
 compared with ``concurrent`` by :func:`hdp.runtime.stats.compare` (paired log-ratios, Hodges-Lehmann
 estimate, 95 % interval; the family of comparisons holds together at 95 %). Run it under
@@ -160,20 +166,46 @@ def measure(xml: Path, rounds: int, warmup: int = 5) -> dict:
             "times": times.tolist(), "names": names}
 
 
+def simulated(xml: Path, cache_dir: str | None, executor) -> dict:
+    """Simulated seconds of the file's placement: ``concurrent`` (the executor's subgraphs, with
+    ``executor``'s costs), ``hetero`` (sequential) and ``single:<dev>`` for every device."""
+    from hdp.cli_calibrate import prepare
+    from hdp.cli_common import pass_cache
+    from hdp.placement.problem import build_problem
+    from hdp.runtime.measure import placed_device_of
+    from hdp.runtime.simulate import Simulator
+
+    dev, devices, tgt = placed_device_of(xml)
+    module = prepare(str(xml), tgt, None, pass_cache(cache_dir, False))
+    problem = build_problem(module, tgt.device_names)
+    idx = np.array([tgt.device_names.index(d) for d in devices])[dev.astype(np.int64)]
+    gd = problem.structure.group_devices(idx)
+    sim = Simulator(problem)
+    out = {"concurrent": sim.latency_concurrent(gd, executor.launch, executor.handover, executor.request),
+           "hetero": sim.latency(gd), "concurrent_subgraphs": sim.concurrent_subgraphs(gd)[1]}
+    for j, t in sim.singles().items():
+        out[f"single:{tgt.device_names[j]}"] = t
+    return out
+
+
 def render(res: dict) -> str:
     lines = [f"## {Path(res['model']).name}: {len(res['subgraphs'])} concurrent subgraphs "
              f"({', '.join(f'{d}:{n}' for d, n in res['subgraphs'])}), HETERO {res['hetero_submodels']} submodels, "
              f"{res['rounds']} interleaved rounds", "",
-             "| candidate | median ms | max rel. error vs cpu-all | vs concurrent (95 % simultaneous CI) |",
-             "|---|---:|---:|---|"]
+             "| candidate | median ms | simulated ms (error) | max rel. error vs cpu-all | "
+             "vs concurrent (95 % simultaneous CI) |",
+             "|---|---:|---:|---:|---|"]
+    sim = res.get("simulated", {})
     for n, ms in res["median_ms"].items():
+        s = sim.get(n)
+        sim_txt = f"{s * 1e3:.2f} ({(s * 1e3 / ms - 1) * 100:+.1f} %)" if s is not None else "-"
         c = res["comparisons"].get(n)
         # the comparison reads B=n against A=concurrent; say it from concurrent's side
         if c is None:
             what = "-"
         else:
             what = f"{n} is x{c['ratio']:.3f} of concurrent ({c['low']:.3f}…{c['high']:.3f}): {c['verdict']}"
-        lines.append(f"| {n} | {ms:.2f} | {res['error'][n]:.1e} | {what} |")
+        lines.append(f"| {n} | {ms:.2f} | {sim_txt} | {res['error'][n]:.1e} | {what} |")
     return "\n".join(lines)
 
 
@@ -186,6 +218,8 @@ def main() -> None:
     ap.add_argument("--target", default="virtual-2x1", help="target for --zoo")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--simulate", action="store_true", help="also profile and simulate each placement")
+    ap.add_argument("--cache-dir", default=None, help="pass cache for --simulate (default: hdp's)")
     args = ap.parse_args()
     import tempfile
 
@@ -194,8 +228,21 @@ def main() -> None:
     files += [place_zoo(n, tmp, args.method, args.target) for n in args.zoo.split(",") if n]
     out = []
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    executors = {}
     for f in files:
+        sim = None
+        if args.simulate:
+            from hdp.runtime.concurrent import fit_executor_costs
+            from hdp.runtime.placed import read_placed
+
+            tgt = read_placed(f).target
+            if tgt.name not in executors:
+                executors[tgt.name] = fit_executor_costs(tgt)
+                print(f"{tgt.name}: {executors[tgt.name].describe()}")
+            sim = simulated(f, args.cache_dir, executors[tgt.name])
         res = measure(f, args.rounds)
+        if sim is not None:
+            res["simulated"] = sim
         res["load_after"] = os.getloadavg()
         out.append(res)
         print(render(res))
