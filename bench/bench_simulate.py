@@ -13,7 +13,7 @@ import pytest
 from hdp.ir.build import graph_from_edges
 from hdp.ir.types import Array, Costs, Module, Op
 from hdp.placers import PlaceRequest, placers
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 
 
 def synthetic(n: int, n_dev: int = 2, seed: int = 0) -> Module:

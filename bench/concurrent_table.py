@@ -173,7 +173,7 @@ def simulated(xml: Path, cache_dir: str | None, executor) -> dict:
     from hdp.cli_common import pass_cache
     from hdp.placement.problem import build_problem
     from hdp.runtime.measure import placed_device_of
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     dev, devices, tgt = placed_device_of(xml)
     module = prepare(str(xml), tgt, None, pass_cache(cache_dir, False))

@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     from hdp.placement.problem import build_problem
     from hdp.runtime import stats
     from hdp.runtime.calibrate import calibration_for, summary, uncalibrated
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
     from hdp.runtime.target import load_target
 
     target = load_target(args.target)

@@ -45,7 +45,7 @@ def evaluate(module, target, profiles: list[dict], identical: bool) -> list[str]
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
     from hdp.runtime.denoise import run_estimates, shrink
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     devs = target.device_names
     ref = np.stack([np.median(np.concatenate([p["samples"][d]["op_runs"] for p in profiles]), axis=0) for d in devs], 1)

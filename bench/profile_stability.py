@@ -69,7 +69,7 @@ def _regret(module, target, profiles: list[np.ndarray], ref: np.ndarray) -> list
     from hdp.placement.problem import build_problem
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     def problem(t):
         m = module.replace(costs=Costs(devices=target.device_names, op_time=Array.of(t.T.copy(), np.float64),

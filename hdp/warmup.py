@@ -15,11 +15,11 @@ from hdp.jit import cache_dir
 def kernels() -> dict:
     """Every Numba dispatcher of hdp's kernel modules, by ``package.name`` (``passes.in_degrees``)."""
     from hdp.passes import _kernels as passes_kernels
-    from hdp.runtime import _kernels as runtime_kernels
+    from hdp.placement import _kernels as placement_kernels
     from numba.core.registry import CPUDispatcher
 
     out = {}
-    for mod in (passes_kernels, runtime_kernels):
+    for mod in (passes_kernels, placement_kernels):
         for name, obj in vars(mod).items():
             if isinstance(obj, CPUDispatcher):
                 out[f"{mod.__name__.rsplit('.', 2)[-2]}.{name}"] = obj
@@ -46,7 +46,7 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
     from hdp.placement.problem import problem_of
     from hdp.placers import IMPLEMENTATIONS
     from hdp.placers.options import method_from
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
     from hdp.runtime.target import load_target
     from hdp.synth import random_module
 

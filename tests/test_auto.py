@@ -18,7 +18,7 @@ from hdp.ir import serde
 from hdp.placement.problem import build_problem
 from hdp.placers import PlaceContext, place, stage_times
 from hdp.placers.options import Auto, Optimal, method_from
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 from hdp.runtime.target import Device, Target
 from placement_helpers import random_module
 from scripted_worker import ScriptedWorker, scripted_measurer

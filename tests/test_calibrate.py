@@ -14,7 +14,7 @@ from hdp.placers import PlaceContext, place
 from hdp.placers.classical import auto_margin
 from hdp.placers.options import UNCALIBRATED_MARGIN, method_from
 from hdp.runtime import calibrate as C
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 from hdp.runtime.target import load_target
 from placement_helpers import make_module, per_group, problem, random_module
 

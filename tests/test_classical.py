@@ -12,7 +12,7 @@ from hdp.errors import InputError
 from hdp.ir.types import Array, Coarse, Support
 from hdp.placers import PlaceContext, place
 from hdp.placers.options import method_from
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 from placement_helpers import make_module, problem, random_module
 
 

@@ -13,7 +13,7 @@ from hdp.errors import InputError
 from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime import _kernels as K
+from hdp.placement import _kernels as K
 from hdp.runtime.concurrent import compile_concurrent, lane_cores, split_model
 from hdp.runtime.devices import make_core
 from hdp.runtime.placed import compile_placed
@@ -295,7 +295,7 @@ def test_split_leaves_constants_shared_and_uncut(bed):
 def _sim(types, edges, op_time, ovh=0.0, lat=0.0):
     from tests.placement_helpers import make_module, problem
 
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     m = make_module(types, edges, op_time, lat=lat, bw=1e30, ovh=ovh)
     return Simulator(problem(m))

@@ -10,7 +10,7 @@ from hdp.ir.openvino_frontend import lower
 from hdp.passes.manager import PassManager
 from hdp.pipeline import compile_schedule
 from hdp.placement.problem import build_problem
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 from hdp.runtime.target import load_target
 from placement_helpers import per_group
 

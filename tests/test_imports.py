@@ -79,7 +79,7 @@ def test_the_import_graph_sees_the_imports():
     assert g.number_of_nodes() > 30 and g.number_of_edges() > 60
     assert g.has_edge("hdp.passes.partition", "hdp.placement.problem")  # inside PartitionPass.run
     assert g.has_edge("hdp.passes.partition", "hdp.placers")  # via hdp.placers.options' package
-    assert g.has_edge("hdp.runtime.simulate", "hdp.placement.problem")
+    assert g.has_edge("hdp.placement.simulate", "hdp.placement.problem")
 
 
 def test_a_planted_circle_is_found(tmp_path):

@@ -23,7 +23,7 @@ def _python(code: str, **env) -> str:
 
 
 def test_kernels_cache_under_the_hdp_cache_dir(tmp_path):
-    code = ("from hdp.passes import _kernels as P; from hdp.runtime import _kernels as R; import os\n"
+    code = ("from hdp.passes import _kernels as P; from hdp.placement import _kernels as R; import os\n"
             "print(P.in_degrees._cache._cache_path); print(R.sequential_terms._cache._cache_path)\n"
             "print(os.environ['NUMBA_CACHE_DIR'])")
     passes, runtime, env = _python(code, XDG_CACHE_HOME=str(tmp_path / "xdg")).splitlines()
@@ -38,7 +38,7 @@ def test_kernels_cache_under_the_hdp_cache_dir(tmp_path):
 
 def test_every_kernel_is_a_cached_dispatcher():
     ks = kernels()
-    assert "passes.fractal_dimension" in ks and "runtime.sequential_batch" in ks
+    assert "passes.fractal_dimension" in ks and "placement.sequential_batch" in ks
     for name, d in ks.items():
         assert d._cache._cache_path.startswith(cache_dir()), name
 

@@ -7,7 +7,7 @@ from hdp.errors import InputError
 from hdp.ir.types import Array, Partition
 from hdp.pipeline import make_pass
 from hdp.placers.refine import refine
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 from placement_helpers import make_module, per_group, problem, random_module
 from test_classical import run, with_support
 

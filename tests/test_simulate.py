@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hdp.errors import InputError
-from hdp.runtime.simulate import Simulator
+from hdp.placement.simulate import Simulator
 from placement_helpers import BW, LAT, OVH, cone_of, make_module, per_group, problem, random_module
 
 

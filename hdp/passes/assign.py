@@ -65,7 +65,7 @@ class AssignPass(Pass, tag="assign"):
             if moved:
                 info["untangled_groups"] = str(moved)
         if module.costs is not None and problem.n_groups:
-            from hdp.runtime.simulate import Simulator
+            from hdp.placement.simulate import Simulator
 
             info.update({k: str(v) for k, v in Simulator(problem).report(gd).items()})
         pl = Placement(method=p.method, devices=p.devices, device_of=Array.of(problem.op_devices(gd), np.int16),

@@ -64,7 +64,7 @@ def _problem(module):
 
 def simulated_line(module, target) -> str:
     """The final placement's simulated latency beside the best single device and the lower bound."""
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     info = module.placement.info
     p = _problem(module)
@@ -80,7 +80,7 @@ def final_sim_vs_measured(module, result) -> str:
     """The final placement's and each plain compile's simulated latency against their medians in
     the final comparison (a plain compile is priced as every op on its device)."""
     from hdp.runtime.report import sim_vs_measured
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     pl = module.placement
     head = result.head

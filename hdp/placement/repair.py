@@ -115,7 +115,7 @@ def best_single_device(problem: PlacementProblem) -> int:
         return -1
     if not problem.has_costs or not problem.n_groups:
         return whole[0]
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     singles = Simulator(problem).singles()
     return min(singles, key=singles.get)

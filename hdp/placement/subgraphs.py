@@ -96,7 +96,7 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
         return np.asarray(group_device, np.int16), 0
     sim = None
     if problem.has_costs and not nearest:
-        from hdp.runtime.simulate import Simulator
+        from hdp.placement.simulate import Simulator
 
         sim = Simulator(problem)
     sizes = np.diff(st.m_ptr)

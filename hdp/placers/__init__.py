@@ -132,7 +132,7 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     if moved:
         placed.info["untangled_groups"] = moved
         if p.has_costs:
-            from hdp.runtime.simulate import Simulator
+            from hdp.placement.simulate import Simulator
 
             placed.info["untangled_from_s"] = f"{Simulator(p).latency(before):.6g}"
     placed.group_device = gd

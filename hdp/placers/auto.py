@@ -101,7 +101,7 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
     """The cheap candidates, in preference order: single devices by simulated latency, then the
     others by simulated latency (duplicates dropped, the first name kept)."""
     from hdp.placers.refine import refine
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     p = ctx.problem
     sim = Simulator(p)
@@ -299,7 +299,7 @@ def _train(o: Auto, ctx, win: Cand, evaluate, deadline, *, min_gain: float, rese
     t0 = time.monotonic()
     p = ctx.problem
     if evaluate is None:
-        from hdp.runtime.simulate import Simulator
+        from hdp.placement.simulate import Simulator
 
         evaluate = Simulator(p).latency
     lg = build_learn_graph(ctx.module, p)

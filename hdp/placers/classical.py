@@ -3,7 +3,7 @@
 All of them place the tie groups of a :class:`~hdp.placement.problem.PlacementProblem` on the
 devices allowed for them, so every result respects the legality rules of :mod:`hdp.placement`.
 
-``optimal`` solves the sequential HETERO cost model of :mod:`hdp.runtime.simulate` exactly::
+``optimal`` solves the sequential HETERO cost model of :mod:`hdp.placement.simulate` exactly::
 
     minimise  Σ_i time[i, dev_i]  +  Σ_(t, d) (copy_t + boundary_penalty) · [some consumer of t on d ≠ dev(producer t)]
               +  Σ_(u, d) r_time[u, d] · [some group fed by replicated unit u on d]
@@ -48,8 +48,8 @@ import numpy as np
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, Placed, note_time
 from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
-from hdp.runtime import _kernels as K
-from hdp.runtime.simulate import Simulator
+from hdp.placement import _kernels as K
+from hdp.placement.simulate import Simulator
 
 _INF_CAP = 2**31 - 1  # scipy's max-flow keeps capacities in int32
 _FINITE_BUDGET = 2**30  # the scaled finite capacities sum to at most this, so a cut never takes _INF_CAP

@@ -80,7 +80,7 @@ def _make_measurer(o: Hsdag, ctx: PlaceContext):
 def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
     """(``group_device -> seconds``, the Measurer behind it or None for the simulator)."""
     if reward == "simulate":
-        from hdp.runtime.simulate import Simulator
+        from hdp.placement.simulate import Simulator
 
         return Simulator(ctx.problem).latency, None
     m = _make_measurer(o, ctx)

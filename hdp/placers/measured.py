@@ -54,7 +54,7 @@ def first_estimate(ctx, measurer) -> float:
     """Seconds the first measured placement is expected to take before any was measured: a compile
     (:func:`compile_estimate`) and warm-up + timed runs at the best single device's simulated
     latency, scaled (:func:`run_scale`, :data:`RUN_SLACK`)."""
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     p = ctx.problem
     sim = Simulator(p)

@@ -18,7 +18,7 @@ _CHUNK = 512  # candidate placements evaluated per batch
 def refine(problem: PlacementProblem, group_device: np.ndarray,
            max_rounds: int = 200) -> tuple[np.ndarray, float, float, int]:
     """Return (refined device per group, latency before, latency after, moves applied)."""
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     sim = Simulator(problem)
     d = np.array(group_device, np.int64)

@@ -1,6 +1,6 @@
 """The boundary model: what a cut between two devices really costs under HETERO, fitted per host.
 
-The simulator (:mod:`hdp.runtime.simulate`) prices a placement as compute + copies + a per-subgraph
+The simulator (:mod:`hdp.placement.simulate`) prices a placement as compute + copies + a per-subgraph
 overhead. Out of the box the copy and overhead terms come from the target's ``[link]`` table, a
 guess; on real devices a cut costs far more than that guess (on the ``virtual`` target, ResNet-50
 split into 16 subgraphs runs about 20 % slower than on one device, where the guess says 1 %): every
@@ -656,7 +656,7 @@ def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int 
     ``coarse`` is used for random placements when present)."""
     from hdp.placement.problem import build_problem
     from hdp.runtime.measure import Measurer
-    from hdp.runtime.simulate import Simulator
+    from hdp.placement.simulate import Simulator
 
     if module.costs is None:
         raise InputError(f"{model}: calibrating needs the profile (costs) of the model")

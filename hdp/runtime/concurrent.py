@@ -4,7 +4,7 @@ HETERO runs the subgraphs of one request strictly one after another, so independ
 placed on different devices never overlap. This executor splits a placed model into the same
 acyclic device subgraphs hdp prices for HETERO, further cut so that a subgraph's inputs from other
 devices are due at its start and its outputs to them leave at its end
-(:func:`hdp.runtime._kernels.concurrent_labels`, over the model's ops), compiles each on its
+(:func:`hdp.placement._kernels.concurrent_labels`, over the model's ops), compiles each on its
 device and runs them as a dataflow::
 
     from hdp.runtime.placed import compile_placed
@@ -92,9 +92,9 @@ def _variable_id(op) -> str | None:
 def subgraph_labels(model, devices: Sequence[str]) -> tuple[list, np.ndarray, np.ndarray]:
     """(compute ops, device index per op, subgraph label per op) of a placed model: the ops other
     than Parameters, Constants and Results, in model order, labelled by
-    :func:`~hdp.runtime._kernels.concurrent_labels`; the pieces between a variable's ReadValue and
+    :func:`~hdp.placement._kernels.concurrent_labels`; the pieces between a variable's ReadValue and
     Assign are merged into one subgraph (InputError when another device lies between them)."""
-    from hdp.runtime import _kernels as K
+    from hdp.placement import _kernels as K
 
     ops = [op for op in model.get_ordered_ops() if op.get_type_name() not in (*_SOURCE_TYPES, "Result")]
     pos = {op: i for i, op in enumerate(ops)}

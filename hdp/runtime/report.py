@@ -1,7 +1,7 @@
 """The words of ``hdp compile``'s reports about measurements.
 
 - How far the simulator is from a measurement (:func:`sim_vs_measured`): the simulator
-  (:mod:`hdp.runtime.simulate`) prices a placement from the profile; a measurement of the same
+  (:mod:`hdp.placement.simulate`) prices a placement from the profile; a measurement of the same
   placement in the same run says how far that price is from what the devices did. The profile
   corrects itself to its own whole-model wall times (:func:`hdp.runtime.profile.profile_costs`),
   so on one device the remaining gap is mostly load that changed between the profile and the

@@ -316,7 +316,7 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
     info = {k: v for k, v in pl.info.items() if k not in SIMULATED_KEYS}
     info.update(fallback=f"single:{problem.devices[base_dev]}", fallback_reason=first_error)
     if problem.has_costs:
-        from hdp.runtime.simulate import Simulator
+        from hdp.placement.simulate import Simulator
 
         info.update({k: str(v) for k, v in Simulator(problem).report(single).items()})
     out.module = out.module.replace(placement=Placement(method=pl.method, devices=pl.devices,

@@ -1,6 +1,6 @@
 """Numba kernels of the simulator and the list-scheduling placer, over plain arrays.
 
-Conventions shared by every kernel (built once by :class:`hdp.runtime.simulate.Simulator`):
+Conventions shared by every kernel (built once by :class:`hdp.placement.simulate.Simulator`):
 
 - ``dev``: int64 device per op; ``res_src``: producer of each Result op (``-1`` otherwise), a
   Result always runs where its producer runs (HETERO overrides its affinity);

@@ -34,7 +34,7 @@ crossing edges (no link congestion), each subgraph's overhead paid once before i
 
 Concurrent semantics (:meth:`Simulator.latency_concurrent`) are those of hdp's own executor
 (:mod:`hdp.runtime.concurrent`): the groups are cut into the executor's subgraphs
-(:func:`~hdp.runtime._kernels.concurrent_labels`), each runs whole on its device, one at a time
+(:func:`~hdp.placement._kernels.concurrent_labels`), each runs whole on its device, one at a time
 per device, starting when its inputs have arrived; ``launch`` seconds per subgraph and
 ``handover`` seconds per edge between subgraphs, plus the copy time of edges crossing devices.
 The op-level what-if above is a lower bound of it: a subgraph hands its outputs over at its end.
@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.placement.problem import PlacementProblem
-from hdp.runtime import _kernels as K
+from hdp.placement import _kernels as K
 
 
 class Simulator:
