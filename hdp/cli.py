@@ -68,14 +68,22 @@ def main():
                    ".blob, with the devices it needs in BLOB.json: it keeps the placement in OpenVINO "
                    "applications without hdp (core.import_model). See `hdp export`.")
 @click.option("--quiet", "-q", is_flag=True)
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+              help="What the placement minimises: one request's latency (HETERO runs its subgraphs one after "
+                   "another), or seconds per request with --requests in flight (HETERO pipelines them).")
+@click.option("--requests", type=int, default=None, help="throughput: requests in flight (default 2).")
+@click.option("--memory", "memory", multiple=True, metavar="DEV=SIZE",
+              help="Device memory cap (like GPU=16GiB), over the target's or the device's own (repeatable).")
+@click.option("--context", type=click.IntRange(0), default=0,
+              help="Tokens of state (KV cache) a stateful model holds, for its memory (0: as specialised).")
 @timeout_option
 @with_options(pass_cache_options)
 @user_errors
 @cache_scoped
 @worker_scoped
 def compile_cmd(model, output, target, devices, passes, method, input_shape, seq_len, phase, seed, sets, budget,
-                reward, policy, refine, timings, dump_ir, emit_ir, export_blob, check, compare, quiet, timeout,
-                cache_dir, no_cache):
+                reward, policy, refine, timings, dump_ir, emit_ir, export_blob, check, compare, quiet, objective,
+                requests, memory, context, timeout, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml or .onnx) on a target and write the placed model to OUTPUT (.xml)."""
     from hdp.passes.instruments import DumpIR, Progress
     from hdp.pipeline import PipelineError, compile_model
@@ -96,6 +104,17 @@ def compile_cmd(model, output, target, devices, passes, method, input_shape, seq
                        "--emit-ir": _model_bytes(model)})  # about the model and its affinities
     tgt = target_from(target, devices)
     flags = {k: v for k, v in (("budget", budget), ("reward", reward), ("policy", policy)) if v is not None}
+    if objective != "latency" or requests is not None:
+        flags["objective"] = objective
+    if requests is not None:
+        flags["requests"] = str(requests)
+    if memory:
+        from hdp.runtime.capacity import parse_overrides
+
+        parse_overrides(memory)  # a bad one is refused here, naming the flag
+        flags["memory"] = ",".join(memory)
+    if context:
+        flags["context"] = str(context)
     instruments = ([] if quiet else [Progress()]) + ([DumpIR(dump_ir)] if dump_ir else [])
     try:
         compile_model(model, output, tgt, passes=passes, method=method, seed=seed, options=opts | flags,

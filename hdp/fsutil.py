@@ -288,7 +288,7 @@ def space_problem(directory: str | os.PathLike, need_bytes: int = 0, need_inodes
     if st.f_files and st.f_favail < need_inodes:  # f_files == 0: the file system has no inode limit
         return f"no free inodes ({st.f_favail} left)"
     if free < need_bytes:
-        return f"no space left on device ({_size(free)} free, about {_size(need_bytes)} needed)"
+        return f"no space left on device ({human_size(free)} free, about {human_size(need_bytes)} needed)"
     return None
 
 
@@ -312,7 +312,7 @@ def write_error(path: str | os.PathLike, cause: BaseException) -> WriteError:
         if st is not None and st.f_files and st.f_favail == 0:
             reason = f"no free inodes ({said})"
         elif st is not None and st.f_bavail * st.f_frsize < 1 << 20:  # under a MiB left: a full disk
-            reason = f"no space left on device ({_size(st.f_bavail * st.f_frsize)} free; {said})"
+            reason = f"no space left on device ({human_size(st.f_bavail * st.f_frsize)} free; {said})"
     kept = "the old file is kept" if os.path.lexists(path) else "nothing was written"
     err = WriteError(f"{path}: cannot write it: {reason}; {kept}")
     err.reason = reason  # (not strerror: setting it would turn str(err) into "[Errno n] ...")
@@ -341,7 +341,8 @@ def _nearest_dir(p: str | os.PathLike) -> str:
     return p
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
+    """``1.5 GiB``, ``300.0 MiB``, ``512 bytes``."""
     if n < 1024:
         return f"{int(n)} bytes"
     for unit in ("KiB", "MiB", "GiB", "TiB"):

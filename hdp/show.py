@@ -58,6 +58,29 @@ def describe(m: Module) -> str:
     return "\n".join(lines)
 
 
+def memory_lines(module: Module, pm) -> str:
+    """Each device's stored weights as written, its estimated memory (:mod:`hdp.placement.memory`)
+    and its capacity (:mod:`hdp.runtime.capacity`), for a placed model."""
+    from hdp.placement.memory import size_text
+    from hdp.placement.problem import build_problem
+    from hdp.placement.simulate import Simulator
+    from hdp.runtime.capacity import capacities
+    from hdp.runtime.placed import weight_bytes_by_device
+
+    devs = tuple(pm.devices)
+    aff = {op.get_friendly_name(): op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()}
+    names = {v: k for k, v in module.graph.renamed.items()}
+    per_op = np.array([devs.index(aff[names.get(op.name, op.name)]) if aff.get(names.get(op.name, op.name)) in devs
+                       else 0 for op in module.graph.ops], np.int64)
+    problem = build_problem(module, devs).with_capacity(capacities(pm.target))
+    sim = Simulator(problem)
+    est = sim.memory(problem.structure.group_devices(per_op))
+    held = weight_bytes_by_device(pm)
+    return "memory (stored weights as written; estimated need; capacity): " + ", ".join(
+        f"{d}: {size_text(held.get(d, 0))}; {size_text(e)}; " + (size_text(c) if np.isfinite(c) else "unlimited")
+        for d, e, c in zip(devs, est, problem.caps))
+
+
 def _compress_legend(legend) -> list[str]:
     """Group ``prefix:item`` columns: ``type[64]`` rather than 64 names."""
     out, counts = [], Counter()
@@ -91,14 +114,16 @@ def show(path: str) -> str:
         from hdp.runtime.placed import placed_from_model
 
         model = read_model(p)  # read once: lowered for the summary, then checked for affinities
-        text = describe(lower_file_model(model, p))
+        module = lower_file_model(model, p)
+        text = describe(module)
         try:
             pm = placed_from_model(model, p)
         except HdpError as e:
             return text + f"\nnot placed ({e})"
         counts = Counter(op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops())
         return text + f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
-            f"{d}: {counts.get(d, 0)}" for d in pm.devices) + "\n" + PLAIN_READ_WARNING.replace("PLACED", p.stem)
+            f"{d}: {counts.get(d, 0)}" for d in pm.devices) + "\n" + memory_lines(module, pm) + "\n" \
+            + PLAIN_READ_WARNING.replace("PLACED", p.stem)
     from hdp.ir.serde import load
 
     return describe(load(p))

@@ -39,9 +39,11 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
     Goes through the pipeline's own entry points (passes, :func:`hdp.pipeline.compile_schedule`
     for every method but the learned one, the simulator of a placement problem), never through
     kernel signatures, so it follows the code it warms up."""
+    import msgspec
     import numpy as np
 
     from hdp.passes.manager import PassManager
+    from hdp.placement.objective import Throughput
     from hdp.pipeline import compile_schedule, make_pass
     from hdp.placement.problem import problem_of
     from hdp.placers import IMPLEMENTATIONS
@@ -59,12 +61,20 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
         if "features" in type(method_from(name)).needs:  # the learned placer: its kernels are the
             continue                                      # structure passes' and the simulator's
         PassManager(compile_schedule(target, name, refine=True)).run(module)
+    # a target without declared memory (modeled devices unlimited): the placers' paths without caps
+    unlimited = msgspec.structs.replace(target, devices=[msgspec.structs.replace(d, memory=None)
+                                                         for d in target.devices])
+    PassManager(compile_schedule(unlimited, "heft")).run(module)
     sim = Simulator(problem_of(base))
     dev = (np.arange(sim.n_groups) % sim.n_devices).astype(np.int64)
     sim.latency(dev)
     sim.latencies(np.stack([dev, np.zeros_like(dev)]))
     sim.latency_parallel(dev)
     sim.subgraphs(dev)
+    sim.memory(dev)
+    thr = Simulator(problem_of(base, objective=Throughput()))
+    thr.loads(dev)
+    thr.costs(np.stack([dev, np.zeros_like(dev)]))
     return compiled_now()
 
 

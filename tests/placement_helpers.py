@@ -29,13 +29,14 @@ LAT, BW, OVH = 1e-3, 1e3, 1e-2  # one copy of b bytes: 1e-3 + b * 1e-3 seconds
 
 
 def make_module(types, edges, op_time, edge_bytes=None, support=None, src_port=None,
-                lat=LAT, bw=BW, ovh=OVH, ties=None, fragile=None, live_shapes=None) -> Module:
+                lat=LAT, bw=BW, ovh=OVH, ties=None, fragile=None, live_shapes=None, weights=None) -> Module:
     """A Module from op types, (src, dst) edges in topological order and a time table; ops are
-    named ``op<i>``."""
+    named ``op<i>``; ``weights``: {op: stored bytes} of Constants."""
     n = len(types)
     op_time = np.asarray(op_time, np.float64).reshape(n, -1)
     devs = tuple(f"D{j}" for j in range(op_time.shape[1]))
-    ops = [Op(f"op{i}", t, ((1,),) * 2, ("f32",) * 2) for i, t in enumerate(types)]
+    w = weights or {}
+    ops = [Op(f"op{i}", t, ((1,),) * 2, ("f32",) * 2, weight_bytes=int(w.get(i, 0))) for i, t in enumerate(types)]
     e = np.asarray(edges, np.int64).reshape(-1, 2)
     eb = np.ones(len(e), np.int64) if edge_bytes is None else edge_bytes
     g = graph_from_edges(ops, e[:, 0], e[:, 1], eb, src_port=src_port, fragile=fragile, ties=ties,
@@ -86,10 +87,12 @@ def random_types_and_edges(rng, n, p_edge=0.15, const_frac=0.1):
     return types, edges
 
 
-def random_module(rng, n, n_dev, p_edge=0.15, const_frac=0.1, n_ties=0, lat=0.05, bw=1e3, ovh=0.2) -> Module:
+def random_module(rng, n, n_dev, p_edge=0.15, const_frac=0.1, n_ties=0, lat=0.05, bw=1e3, ovh=0.2,
+                  weights=False) -> Module:
     """A random DAG (see :func:`random_types_and_edges`) with random times, two output ports per
     op, and ``n_ties`` random ``Graph.ties`` pairs between compute ops that are not constant data
-    (like the ReadValue/Assign pairs the frontend emits)."""
+    (like the ReadValue/Assign pairs the frontend emits); ``weights``: every Constant stores a
+    random number of bytes (drawn after everything else, so the rest is as without)."""
     types, edges = random_types_and_edges(rng, n, p_edge, const_frac)
     n = len(types)
     t = rng.uniform(0.5, 2.0, size=(n, n_dev))
@@ -100,8 +103,9 @@ def random_module(rng, n, n_dev, p_edge=0.15, const_frac=0.1, n_ties=0, lat=0.05
     xs = [i for i, ty in enumerate(types) if ty == "X" and not cone[i]]
     if n_ties and len(xs) >= 2:
         ties = [tuple(sorted(rng.choice(xs, 2, replace=False).tolist())) for _ in range(n_ties)]
+    w = {i: int(rng.integers(100, 5000)) for i, ty in enumerate(types) if ty == "Constant"} if weights else None
     return make_module(types, edges, t, edge_bytes=[tensor_bytes[s, p] for (s, _), p in zip(edges, ports)],
-                       src_port=ports, lat=lat, bw=bw, ovh=ovh, ties=ties)
+                       src_port=ports, lat=lat, bw=bw, ovh=ovh, ties=ties, weights=w)
 
 
 def cone_of(types, edges) -> np.ndarray:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.errors import InputError
+from typing import Annotated
+
+from msgspec import Meta
+
 from hdp.ir.types import Array, Module, Partition
 from hdp.passes.base import Pass
+from hdp.placement.objective import KINDS, Latency, Objective, Throughput
 from hdp.placers.options import HeteroAuto, Method, method_from
 from hdp.runtime.target import Target
 
@@ -21,14 +26,61 @@ class PartitionPass(Pass, tag="partition"):
     #: ``hdp compile`` when a placement failed its check)
     extra_ties: tuple[tuple[int, int], ...] = ()
     timeout: float = 120.0  # seconds per measured placement (hsdag:measure); not in the key
+    #: what the placement optimises (--objective, --requests)
+    objective: Objective = Latency()
+    #: (device, bytes) capacities overriding the target's (--memory DEV=SIZE)
+    memory: tuple[tuple[str, Annotated[int, Meta(ge=0)]], ...] = ()
+    #: tokens of state (KV cache) a stateful model holds (--context); 0: as specialised
+    context: Annotated[int, Meta(ge=0)] = 0
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 4  # replicated chains priced once per device (the price depends on the placement alone); placements untangled for HETERO's state rule (hdp.placement.subgraphs)
+    version = 5  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory
 
     def needs(self) -> tuple[str, ...]:
         """``graph`` and ``support``, and the stages the method needs on this target."""
         return type(self).requires + tuple(s for s in self.placer.stages(self.target) if s not in type(self).requires)
+
+    @staticmethod
+    def objective_from(name: str = "latency", requests=None) -> Objective:
+        """The objective of ``--objective NAME [--requests N]``; InputError naming the bad option."""
+        if name not in KINDS:
+            raise InputError(f"--objective {name}: must be one of {', '.join(KINDS)}")
+        if requests is not None:
+            try:
+                requests = int(requests)
+            except (TypeError, ValueError):
+                raise InputError(f"--requests {requests!r}: must be an integer") from None
+            if requests < 1:
+                raise InputError(f"--requests {requests}: must be at least 1")
+        if name == "throughput":
+            return Throughput() if requests is None else Throughput(requests=requests)
+        if requests is not None:
+            raise InputError(f"--requests {requests}: only with --objective throughput")
+        return Latency()
+
+    @classmethod
+    def goal_fields(cls, opts: dict) -> dict:
+        """``objective``, ``memory`` and ``context`` from the flat options ``objective``,
+        ``requests``, ``memory`` (``"GPU=16GiB,CPU=8GiB"``) and ``context`` (popped from ``opts``);
+        InputError naming the bad one."""
+        objective = opts.pop("objective", None)
+        requests = opts.pop("requests", None)
+        if not isinstance(objective, (Latency, Throughput)):
+            objective = cls.objective_from(str(objective or "latency"), requests)
+        memory = opts.pop("memory", ())
+        if isinstance(memory, str):
+            from hdp.runtime.capacity import parse_overrides
+
+            memory = parse_overrides(a for a in memory.split(",") if a)
+        context = opts.pop("context", 0)
+        try:
+            context = int(context)
+        except (TypeError, ValueError):
+            raise InputError(f"--context {context!r}: must be an integer") from None
+        if context < 0:
+            raise InputError(f"--context {context}: must be 0 or more tokens")
+        return {"objective": objective, "memory": tuple(memory), "context": context}
 
     @classmethod
     def from_options(cls, options: dict) -> "PartitionPass":
@@ -44,9 +96,10 @@ class PartitionPass(Pass, tag="partition"):
         except (TypeError, ValueError):
             raise InputError(f"pass 'partition': seed must be an integer, not {seed!r}") from None
         extra = {k: opts.pop(k) for k in ("timeout",) if k in opts}
+        goal = cls.goal_fields(opts)
         placer = method_from(str(opts.pop("method", "hetero-auto")), opts)
         try:
-            return cls(target=target, placer=placer, seed=seed, **{k: float(v) for k, v in extra.items()})
+            return cls(target=target, placer=placer, seed=seed, **goal, **{k: float(v) for k, v in extra.items()})
         except ValueError:
             raise InputError(f"pass 'partition': timeout must be a number, not {extra['timeout']!r}") from None
 
@@ -58,11 +111,17 @@ class PartitionPass(Pass, tag="partition"):
         if module.support.devices != devices:
             raise InputError(f"support was computed for devices {module.support.devices}, "
                              f"not for target {devices}")
-        problem = problem_of(module, devices, self.extra_ties)
+        from hdp.runtime.capacity import capacities
+
+        problem = problem_of(module, devices, self.extra_ties, objective=self.objective,
+                             capacity=capacities(self.target, self.memory), context=self.context)
         placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed,
                                                   timeout=self.timeout))
         label = self.placer.label()
-        info = {"method": label, **{k: str(v) for k, v in placed.info.items()}}
+        goal = {"goal": self.objective.kind()}
+        if isinstance(self.objective, Throughput):
+            goal["requests"] = str(self.objective.requests)
+        info = {"method": label, **goal, **{k: str(v) for k, v in placed.info.items()}}
         part = Partition(method=label, devices=devices,
                          group_of=Array.of(problem.structure.anchor, np.int32),
                          group_device=Array.of(placed.group_device, np.int16), info=info,

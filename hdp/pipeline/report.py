@@ -72,8 +72,22 @@ def simulated_line(module, target) -> str:
     best = min(singles, key=singles.get) if singles else None
     label = "simulated" if not target.is_real else "simulated by the cost model (not measured)"
     one = f"best single device {best} {singles[best] * 1e3:.3f} ms" if best else "no single device runs every op"
-    return (f"{label}: this placement {float(info['simulated']) * 1e3:.3f} ms, {one}, "
+    line = (f"{label}: this placement {float(info['simulated']) * 1e3:.3f} ms, {one}, "
             f"lower bound {float(info['lower_bound']) * 1e3:.3f} ms")
+    part = module.partition
+    if part is not None and "period" in part.info:
+        from hdp.placement.objective import Throughput
+
+        n = int(part.info.get("requests", 2))
+        tsim = Simulator(p.with_objective(Throughput(requests=n)))
+        periods = [tsim.cost(p.single(j)) for j in range(p.n_devices) if p.allowed[:, j].all()]
+        period = float(part.info["period"])
+        line += (f"\n{label} throughput with {n} requests in flight: {1 / period:.1f} requests/s "
+                 f"({period * 1e3:.3f} ms per request; loads {part.info.get('load', '')})"
+                 + (f", best single device {min(periods) * 1e3:.3f} ms per request" if periods else ""))
+    if part is not None and "memory" in part.info:
+        line += f"\nmemory (estimated): {part.info['memory']}"
+    return line
 
 
 def final_sim_vs_measured(module, result) -> str:

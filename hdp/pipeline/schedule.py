@@ -35,7 +35,9 @@ __all__ = ["STAGE_PASS", "build_passes", "compile_schedule", "default_method", "
 STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
 
 #: Options of ``partition`` itself (beside its method's); ``target`` and ``extra_ties`` are set by hdp.
-PARTITION_OPTIONS = ("method", "seed", "timeout")
+PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context")
+#: The partition options that say what the placement optimises and under which memory.
+GOAL_OPTIONS = ("objective", "requests", "memory", "context")
 
 
 def takes_target(cls: type[Pass]) -> bool:
@@ -136,7 +138,8 @@ def pipeline_specs(target: Target, passes: str | None = None, method: str | None
         return fill(parse_pipeline(passes), fills)
     from hdp.placers.options import method_from
 
-    placer = method_from(method or default_method(target), options)
+    placer = method_from(method or default_method(target),
+                         {k: v for k, v in (options or {}).items() if k not in PARTITION_OPTIONS})
     # on a target with modeled devices the simulated latency is the result every method reports
     # (beside the best single device and the lower bound): costs are needed, and cheap to model
     needs = set(placer.stages(target)) | ({"costs"} if refine or not target.is_real else set())
@@ -208,13 +211,18 @@ def _build_partition(spec: PassSpec, target: Target) -> Pass:
         path.append(at)
         return f"pass 'partition' option '{at}' {what}"
 
+    goal_opts = {k: own.pop(k) for k in GOAL_OPTIONS if k in own}
+    try:
+        goal = cls.goal_fields(goal_opts)
+    except InputError as e:
+        raise _located(e, spec, [], next(iter(k for k in GOAL_OPTIONS if spec.get(k) is not None), None)) from None
     try:
         placer = method_from(method, opts, message=message)
         fields = convert(own | {"target": target}, cls, own_message, strict=False) if own else None
     except InputError as e:  # a bad NAME:ARG argument is at the method's column
         raise _located(e, spec, path, "method") from None
     extra = {k: getattr(fields, k) for k in own} if fields is not None else {}
-    return cls(target=target, placer=placer, **extra)
+    return cls(target=target, placer=placer, **goal, **extra)
 
 
 def build_pass(spec: PassSpec, target: Target) -> Pass:

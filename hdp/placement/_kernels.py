@@ -494,3 +494,145 @@ def heft_schedule(order, time, zero, p_ptr, p_src, p_cost, dev):
         if best_f > end:
             end = best_f
     return end
+
+
+@njit(cache=True)
+def device_loads(eff, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, r_grp, r_time, u_src, u_dst, counted,
+                 overhead, send, receive, free, load, stamp, label, parent, label2, stage, comp0, flags, seen):
+    """Each device's share of one request (seconds) into ``load``: the compute of its groups, each
+    replicated unit once, ``receive`` × copy for every tensor it receives and ``send`` × copy once
+    for every tensor it sends to another device (devices with ``free[d]`` pay no copies), and one
+    ``overhead`` per subgraph on it."""
+    load[:] = 0.0
+    for g in range(eff.shape[0]):
+        load[eff[g]] += time[g, eff[g]]
+    stamp[:] = -1
+    for u in range(r_ptr.shape[0] - 1):
+        for i in range(r_ptr[u], r_ptr[u + 1]):
+            d = eff[r_grp[i]]
+            if stamp[d] != u:
+                stamp[d] = u
+                load[d] += r_time[u, d]
+    stamp[:] = -1
+    for t in range(t_prod.shape[0]):
+        home = eff[t_prod[t]]
+        sent = False
+        for k in range(t_ptr[t], t_ptr[t + 1]):
+            d = eff[t_cons[k]]
+            if d != home and stamp[d] != t:
+                stamp[d] = t
+                sent = True
+                if not free[d]:
+                    load[d] += receive * t_cost[t]
+        if sent and not free[home]:
+            load[home] += send * t_cost[t]
+    k = subgraph_labels(eff, u_src, u_dst, label, parent, label2, stage, comp0, flags)
+    seen[:k] = False
+    for g in range(eff.shape[0]):
+        if counted[g] and not seen[label[g]]:
+            seen[label[g]] = True
+            load[eff[g]] += overhead
+
+
+@njit(cache=True)
+def device_memory(eff, fixed, activation, u_ptr, u_grp, u_bytes, mem, peak, stamp):
+    """Bytes each device needs into ``mem`` (see :mod:`hdp.placement.memory`): ``fixed`` (private
+    weights + state) summed, shared constant units once per device, the largest ``activation``."""
+    mem[:] = 0.0
+    peak[:] = 0.0
+    for g in range(eff.shape[0]):
+        d = eff[g]
+        mem[d] += fixed[g]
+        if activation[g] > peak[d]:
+            peak[d] = activation[g]
+    stamp[:] = -1
+    for u in range(u_ptr.shape[0] - 1):
+        for i in range(u_ptr[u], u_ptr[u + 1]):
+            d = eff[u_grp[i]]
+            if stamp[d] != u:
+                stamp[d] = u
+                mem[d] += u_bytes[u]
+    for d in range(mem.shape[0]):
+        mem[d] += peak[d]
+
+
+@njit(cache=True)
+def throughput_batch(devs, res_src, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, r_grp, r_time, u_src, u_dst,
+                     counted, overhead, requests, send, receive, free, out, load, eff, stamp, label, parent,
+                     label2, stage, comp0, flags, seen):
+    """Steady-state seconds per request of every row of ``devs`` into ``out``:
+    ``max(latency / requests, max_d load[d])``."""
+    for b in range(devs.shape[0]):
+        comp, copy, nsub = sequential_terms(devs[b], res_src, time, t_ptr, t_prod, t_cons, t_cost,
+                                            r_ptr, r_grp, r_time, u_src, u_dst, counted, eff, stamp, label,
+                                            parent, label2, stage, comp0, flags, seen)
+        lat = comp + copy + overhead * nsub
+        device_loads(eff, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, r_grp, r_time, u_src, u_dst, counted,
+                     overhead, send, receive, free, load, stamp, label, parent, label2, stage, comp0, flags,
+                     seen)
+        worst = lat / requests
+        for d in range(load.shape[0]):
+            if load[d] > worst:
+                worst = load[d]
+        out[b] = worst
+
+
+@njit(cache=True)
+def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, gu_ptr, gu_units, u_bytes, cap,
+                      base, peak, unit_on):
+    """:func:`heft_schedule` that only considers devices with room for the group (Baechi's m-ETF):
+    a device's memory is ``base`` (fixed bytes + shared constant units, once each) + ``peak`` (the
+    largest activation). Returns the makespan, or ``-1 - v`` when group ``v`` fits no device
+    (``dev`` then holds the groups placed so far); ``base``/``peak``/``unit_on`` are scratch."""
+    n, nd = time.shape
+    finish = np.zeros(n)
+    avail = np.zeros(nd)
+    base[:] = 0.0
+    peak[:] = 0.0
+    unit_on[:, :] = False
+    end = 0.0
+    for j in range(n):
+        v = order[j]
+        best_d = -1
+        best_f = np.inf
+        for d in range(nd):
+            t = time[v, d]
+            if not np.isfinite(t):
+                continue
+            extra = fixed[v]
+            for k in range(gu_ptr[v], gu_ptr[v + 1]):
+                if not unit_on[gu_units[k], d]:
+                    extra += u_bytes[gu_units[k]]
+            pk = act[v] if act[v] > peak[d] else peak[d]
+            if base[d] + extra + pk > cap[d]:
+                continue
+            ready = 0.0
+            for k in range(p_ptr[v], p_ptr[v + 1]):
+                u = p_src[k]
+                a = finish[u] + (p_cost[k] if dev[u] != d else 0.0)
+                if a > ready:
+                    ready = a
+            if zero[v]:
+                f = ready
+            else:
+                f = (ready if ready > avail[d] else avail[d]) + t
+            if f < best_f or best_d < 0:
+                best_f = f
+                best_d = d
+        if best_d < 0:
+            return -1.0 - v
+        dev[v] = best_d
+        finish[v] = best_f
+        base[best_d] += fixed[v]
+        for k in range(gu_ptr[v], gu_ptr[v + 1]):
+            u = gu_units[k]
+            if not unit_on[u, best_d]:
+                unit_on[u, best_d] = True
+                base[best_d] += u_bytes[u]
+        if act[v] > peak[best_d]:
+            peak[best_d] = act[v]
+        if not zero[v]:
+            avail[best_d] = best_f
+        if best_f > end:
+            end = best_f
+    return end

@@ -17,6 +17,10 @@ device per op (:meth:`Structure.op_devices`).
   by a repair (which merge groups) do not change it.
 - ``t_cost[t]``: seconds one copy of tensor ``t`` costs across a device boundary
   (``link_latency + bytes / link_bandwidth``).
+- ``objective``: what placers optimise and the simulator's :meth:`~hdp.placement.simulate.Simulator.cost`
+  prices (:mod:`hdp.placement.objective`).
+- ``memory``: bytes per group (:mod:`hdp.placement.memory`) and ``capacity[d]`` the bytes device
+  ``d`` holds (``inf``: unlimited). A placement is feasible iff every device's memory fits.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import msgspec
 
 from hdp.errors import InputError
 from hdp.ir.types import Module
+from hdp.placement.memory import MemoryNeeds, memory_needs, state_scale
+from hdp.placement.objective import Latency, Objective
 from hdp.placement.structure import CONE, Structure, build_structure
 
 #: Op types that take no time on any device (HETERO keeps them with their neighbours).
@@ -48,6 +54,35 @@ class PlacementProblem(msgspec.Struct, frozen=True):
     link_bandwidth: float = float("inf")
     subgraph_overhead: float = 0.0
     has_costs: bool = False
+    objective: Objective = Latency()
+    memory: MemoryNeeds | None = None  # None: no memory needs known (zero)
+    capacity: np.ndarray | None = None  # float64 bytes per device; None: every device unlimited
+
+    @property
+    def needs(self) -> MemoryNeeds:
+        """The memory needs (zero when not known)."""
+        return self.memory if self.memory is not None else MemoryNeeds.zero(self.n_groups)
+
+    @property
+    def caps(self) -> np.ndarray:
+        """Bytes per device (``inf``: unlimited)."""
+        return self.capacity if self.capacity is not None else np.full(self.n_devices, np.inf)
+
+    @property
+    def memory_binds(self) -> bool:
+        """Whether some device has a finite capacity."""
+        return bool(np.isfinite(self.caps).any())
+
+    def with_objective(self, objective: Objective) -> "PlacementProblem":
+        """The same problem asking another question."""
+        return msgspec.structs.replace(self, objective=objective)
+
+    def with_capacity(self, capacity) -> "PlacementProblem":
+        """The same problem with ``capacity`` bytes per device (None: unlimited)."""
+        if capacity is not None:
+            capacity = np.asarray(capacity, np.float64).copy()
+            capacity.setflags(write=False)
+        return msgspec.structs.replace(self, capacity=capacity)
 
     @property
     def n_groups(self) -> int:
@@ -106,9 +141,12 @@ def _columns(names: tuple[str, ...], devices: tuple[str, ...], what: str) -> lis
     return [names.index(d) for d in devices]
 
 
-def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_ties=()) -> PlacementProblem:
+def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_ties=(), *,
+                  objective: Objective = Latency(), capacity=None, context: int = 0) -> PlacementProblem:
     """The problem of ``module`` on ``devices`` (default: the devices of its support, else costs);
-    ``extra_ties``: more pairs of ops that must share a device."""
+    ``extra_ties``: more pairs of ops that must share a device; ``objective``; ``capacity``: bytes
+    per device (None or ``inf``: unlimited); ``context``: tokens of state (KV cache) to hold
+    (0: as specialised), see :mod:`hdp.placement.memory`."""
     g = module.graph
     if devices is None:
         src = module.support or module.costs
@@ -161,9 +199,16 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
         t_cost = np.zeros(st.n_tensors)
     for a in (time, allowed, op_time, t_cost, r_ptr, r_groups, r_time):
         a.setflags(write=False)
-    return PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
-                            t_cost=t_cost, r_ptr=r_ptr, r_groups=r_groups, r_time=r_time, link_latency=lat,
-                            link_bandwidth=bw, subgraph_overhead=ovh, has_costs=c is not None)
+    needs = memory_needs(g, st, state_scale(module.meta, context))
+    p = PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
+                         t_cost=t_cost, r_ptr=r_ptr, r_groups=r_groups, r_time=r_time, link_latency=lat,
+                         link_bandwidth=bw, subgraph_overhead=ovh, has_costs=c is not None, objective=objective,
+                         memory=needs)
+    if capacity is not None:
+        if len(capacity) != nd:
+            raise ValueError(f"capacity has {len(capacity)} entries for {nd} devices")
+        p = p.with_capacity(capacity)
+    return p
 
 
 def _replicated_units(st: Structure, op_time: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -194,15 +239,22 @@ def _replicated_units(st: Structure, op_time: np.ndarray) -> tuple[np.ndarray, n
 _CACHE: list[tuple[tuple, tuple, PlacementProblem]] = []
 
 
-def problem_of(module: Module, devices: tuple[str, ...] | None = None, extra_ties=()) -> PlacementProblem:
+def problem_of(module: Module, devices: tuple[str, ...] | None = None, extra_ties=(), *,
+               objective: Objective = Latency(), capacity=None, context: int = 0) -> PlacementProblem:
     """:func:`build_problem`, reused while the same graph, support and costs objects are asked
     about again (a compile builds it once for partition, assign and the report)."""
     ties = tuple((int(a), int(b)) for a, b in extra_ties)
     key = (module.graph, module.support, module.costs, None if devices is None else tuple(devices))
+    rest = (ties, context)
     for k, t, p in _CACHE:
-        if t == ties and all(a is b for a, b in zip(k, key)):
-            return p
-    p = build_problem(module, devices, ties)
-    _CACHE.insert(0, (key, ties, p))
-    del _CACHE[4:]
+        if t == rest and all(a is b for a, b in zip(k, key)):
+            break
+    else:
+        p = build_problem(module, devices, ties, context=context)
+        _CACHE.insert(0, (key, rest, p))
+        del _CACHE[4:]
+    if objective != p.objective:
+        p = p.with_objective(objective)
+    if capacity is not None:
+        p = p.with_capacity(capacity)
     return p

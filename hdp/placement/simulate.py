@@ -28,6 +28,20 @@ pass, :mod:`hdp.runtime.calibrate`), which also corrects each device's profiled 
   always acyclic. This can differ from HETERO's cycle breaking by a subgraph on graphs with
   nested cycles. A group that only holds a Parameter or Result is no subgraph.
 
+Throughput (:meth:`Simulator.loads`, :meth:`Simulator.period`; the objective
+:class:`~hdp.placement.objective.Throughput`): with ``N`` requests in flight HETERO pipelines
+them stage by stage, one stage per device at a time, so a request completes every::
+
+    period = max(latency / N, max_d load[d])
+    load[d] = Σ_(g on d) time[g, d] + Σ_(replicated unit u used on d) r_time[u, d]
+            + receive × Σ_(tensor t copied to d) copy_t + send × Σ_(tensor t d sends) copy_t
+            + subgraph_overhead × (subgraphs on d)
+
+(copies on ``free_comm`` devices cost them nothing). :meth:`Simulator.cost` is the problem's
+objective in seconds per request (latency, or the period), lower is better;
+:meth:`Simulator.memory` the bytes per device (:mod:`hdp.placement.memory`) and
+:meth:`Simulator.feasible` whether they fit the capacities.
+
 Parallel semantics (:meth:`Simulator.latency_parallel`, for what-if analysis) let devices run
 concurrently: list scheduling in topological order, per-device ready times, transfer delays on
 crossing edges (no link congestion), each subgraph's overhead paid once before its first group.
@@ -44,8 +58,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdp.placement.problem import PlacementProblem
 from hdp.placement import _kernels as K
+from hdp.placement.objective import Throughput
+from hdp.placement.problem import PlacementProblem
 
 
 class Simulator:
@@ -102,6 +117,22 @@ class Simulator:
         self._seen = np.empty(k, np.bool_)
         self._finish = np.empty(k)
         self._avail = np.empty(len(self.devices))
+        self.objective = problem.objective
+        nd = len(self.devices)
+        ob = self.objective
+        thr = ob if isinstance(ob, Throughput) else Throughput()
+        self.requests = float(thr.requests)
+        self.send, self.receive = float(thr.send), float(thr.receive)
+        self.free = np.array([n in thr.free_comm for n in self.devices], np.bool_)
+        self._load = np.empty(nd)
+        mem = problem.needs
+        self.m_fixed = np.ascontiguousarray(mem.weights + mem.state, np.float64)
+        self.m_act = np.ascontiguousarray(mem.activation, np.float64)
+        self.mu_ptr = np.ascontiguousarray(mem.u_ptr, np.int64)
+        self.mu_grp = np.ascontiguousarray(mem.u_groups, np.int64)
+        self.mu_bytes = np.ascontiguousarray(mem.u_bytes, np.float64)
+        self.capacity = np.asarray(problem.caps, np.float64)
+        self._peak = np.empty(nd)
 
     @property
     def n_groups(self) -> int:
@@ -185,11 +216,76 @@ class Simulator:
                                                      self.p_cost, label, k, self.n_devices,
                                                      self.overhead if launch is None else launch, handover))
 
+    def loads(self, group_device: np.ndarray) -> np.ndarray:
+        """Seconds of one request each device works (the throughput model's ``load[d]``)."""
+        d = self._check(group_device)
+        out = np.empty(self.n_devices)
+        K.device_loads(d, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost, self.r_ptr, self.r_grp,
+                       self.r_time, self.u_src, self.u_dst, self.counted, self.overhead, self.send, self.receive,
+                       self.free, out, self._stamp, self._label, self._parent, self._label2, self._stage,
+                       self._comp0, self._flags, self._seen)
+        return out
+
+    def period(self, group_device: np.ndarray, requests: float | None = None) -> float:
+        """Steady-state seconds per request with ``requests`` in flight (default: the objective's,
+        else 2): ``max(latency / requests, max load)``."""
+        n = self.requests if requests is None else float(requests)
+        return max(self.latency(group_device) / n, float(self.loads(group_device).max(initial=0.0)))
+
+    def cost(self, group_device: np.ndarray) -> float:
+        """The problem's objective in seconds per request (lower is better)."""
+        if isinstance(self.objective, Throughput):
+            return self.period(group_device)
+        return self.latency(group_device)
+
+    def costs(self, matrix: np.ndarray) -> np.ndarray:
+        """:meth:`cost` of every row of a (placements x groups) matrix."""
+        if not isinstance(self.objective, Throughput):
+            return self.latencies(matrix)
+        d = self._check(np.atleast_2d(matrix))
+        out = np.empty(d.shape[0])
+        K.throughput_batch(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost,
+                           self.r_ptr, self.r_grp, self.r_time, self.u_src, self.u_dst, self.counted,
+                           self.overhead, self.requests, self.send, self.receive, self.free, out, self._load,
+                           *self._scratch())
+        return out
+
+    def memory(self, group_device: np.ndarray) -> np.ndarray:
+        """Estimated bytes each device needs (:mod:`hdp.placement.memory`)."""
+        d = self._check(group_device)
+        out = np.empty(self.n_devices)
+        K.device_memory(d, self.m_fixed, self.m_act, self.mu_ptr, self.mu_grp, self.mu_bytes, out, self._peak,
+                        self._stamp)
+        return out
+
+    def feasible(self, group_device: np.ndarray) -> bool:
+        """Whether every device's memory fits its capacity."""
+        return bool((self.memory(group_device) <= self.capacity).all())
+
+    def over(self, group_device: np.ndarray) -> list[tuple[str, float, float]]:
+        """``(device, bytes needed, capacity)`` of every device the placement overfills."""
+        mem = self.memory(group_device)
+        return [(self.devices[j], float(mem[j]), float(self.capacity[j]))
+                for j in range(self.n_devices) if mem[j] > self.capacity[j]]
+
     def report(self, group_device: np.ndarray) -> dict:
-        """Simulated figures of one placement: ``simulated``, ``compute``, ``copy`` (seconds),
-        ``subgraphs`` and the problem's ``lower_bound``."""
+        """Simulated figures of one placement: ``simulated`` (sequential latency), ``compute``,
+        ``copy`` (seconds), ``subgraphs``, the problem's ``lower_bound``; with a throughput objective
+        ``period`` (seconds per request) and ``load`` (text: per device); when some device has a
+        capacity, ``memory`` (text: each device's bytes of its capacity)."""
         if not self.n_groups:
             return {"simulated": 0.0, "compute": 0.0, "copy": 0.0, "subgraphs": 0, "lower_bound": 0.0}
         comp, copy, nsub = self.terms(group_device)
-        return {"simulated": comp + copy + self.overhead * nsub, "compute": comp, "copy": copy,
-                "subgraphs": nsub, "lower_bound": self.problem.lower_bound()}
+        out = {"simulated": comp + copy + self.overhead * nsub, "compute": comp, "copy": copy,
+               "subgraphs": nsub, "lower_bound": self.problem.lower_bound()}
+        if isinstance(self.objective, Throughput):
+            loads = self.loads(group_device)
+            out["period"] = max(out["simulated"] / self.requests, float(loads.max(initial=0.0)))
+            out["load"] = ", ".join(f"{n} {v * 1e3:.4g} ms" for n, v in zip(self.devices, loads))
+        if self.problem.memory_binds:
+            from hdp.placement.memory import size_text
+
+            out["memory"] = ", ".join(
+                f"{n} {size_text(v)}" + (f" of {size_text(c)}" if np.isfinite(c) else "")
+                for n, v, c in zip(self.devices, self.memory(group_device), self.capacity))
+        return out

@@ -108,17 +108,30 @@ def implementation(name: str):
 
 
 def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
-    """Run a method; checks its options, the stages it needs and that the result is allowed, and
-    moves the groups a stateful model's placement needs moved for HETERO
-    (:func:`hdp.placement.subgraphs.untangle`; ``info["untangled_groups"]`` counts them)."""
+    """Run a method; checks its options, the stages it needs, that it serves the problem's
+    objective, that the model fits the devices' memory at all, and that the result is allowed; moves
+    the groups a stateful model's placement needs moved for HETERO
+    (:func:`hdp.placement.subgraphs.untangle`; ``info["untangled_groups"]`` counts them); and checks
+    that the result fits (a placement over a device's memory is a one-line InputError naming the
+    device and bytes)."""
     options.check()
+    p = ctx.problem
+    kind = p.objective.kind()
+    if kind not in type(options).serves:
+        raise InputError(f"method '{options.name()}' cannot place for the {kind} objective (it serves "
+                         f"{', '.join(sorted(type(options).serves))}); use optimal, heft or auto")
     missing = [s for s in options.stages(ctx.target) if getattr(ctx.module, s) is None]
     if missing:
         raise InputError(f"method '{options.name()}' needs {', '.join(missing)}; run "
                          f"{' and '.join({'costs': 'profile', 'coarse': 'coarsen'}.get(s, s) for s in missing)} first")
+    if p.memory_binds:
+        from hdp.placement.memory import fit_error
+
+        why = fit_error(p)
+        if why:
+            raise InputError(why)
     placed = implementation(options.name())(options, ctx)
     gd = np.asarray(placed.group_device, np.int16)
-    p = ctx.problem
     if gd.shape != (p.n_groups,):
         raise AssertionError(f"method '{options.name()}' returned {gd.shape} devices for {p.n_groups} groups")
     if gd.size and not p.allowed[np.arange(gd.shape[0]), gd].all():
@@ -135,5 +148,14 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
             from hdp.placement.simulate import Simulator
 
             placed.info["untangled_from_s"] = f"{Simulator(p).latency(before):.6g}"
+    if p.memory_binds and gd.size:
+        from hdp.placement.memory import size_text
+        from hdp.placement.simulate import Simulator
+
+        over = Simulator(p).over(gd)
+        if over:
+            dev, need, cap = over[0]
+            raise InputError(f"{options.label()}: its placement needs {size_text(need)} on {dev}, over its memory "
+                             f"of {size_text(cap)} (--memory {dev}=SIZE; optimal and heft respect capacities)")
     placed.group_device = gd
     return placed

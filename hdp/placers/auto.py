@@ -103,27 +103,35 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
     from hdp.placers.refine import refine
     from hdp.placement.simulate import Simulator
 
+    from hdp.errors import InputError
+
     p = ctx.problem
     sim = Simulator(p)
     named: list[tuple[str, np.ndarray, bool]] = [
-        (f"single:{d}", p.single(j), True) for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
+        (f"single:{d}", p.single(j), True) for j, d in enumerate(p.devices)
+        if p.allowed[:, j].all() and sim.feasible(p.single(j))]
     left = _left(deadline)
     opt = Optimal() if left == math.inf else Optimal(time_limit=max(1.0, min(60.0, 0.25 * left)))
-    for label, opts in (("optimal", opt), ("heft", Heft())):
-        gd = place(opts, ctx).group_device
+    for label, opts in (("optimal", opt), ("heft", Heft()), ("hetero-auto", HeteroAuto())):
+        try:
+            gd = place(opts, ctx).group_device
+        except InputError:  # over a device's memory: not a candidate (optimal fails only when nothing fits)
+            if label == "optimal":
+                raise
+            continue
         named.append((label, gd, False))
-        better, _, _, moves = refine(p, gd)
-        if moves:
-            named.append((f"{label}+refine", better, False))
-    named.append(("hetero-auto", place(HeteroAuto(), ctx).group_device, False))
+        if label != "hetero-auto":
+            better, _, _, moves = refine(p, gd)
+            if moves:
+                named.append((f"{label}+refine", better, False))
     seen: dict[bytes, Cand] = {}
     for name, gd, single in named:
         key = np.asarray(gd, np.int16).tobytes()
         if key in seen:
             seen[key].also += (name,)
             continue
-        comp, copy, nsub = sim.terms(gd)
-        seen[key] = Cand(name, np.asarray(gd, np.int16), comp + copy + sim.overhead * nsub, single, (), max(nsub, 1))
+        nsub = sim.terms(gd)[2]
+        seen[key] = Cand(name, np.asarray(gd, np.int16), sim.cost(gd), single, (), max(nsub, 1))
     return sorted(seen.values(), key=lambda c: (not c.single, c.sim))
 
 
@@ -146,9 +154,12 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
     cands = candidates(o, ctx, deadline)
     note_time("auto: candidates", time.monotonic() - t0)
     lb = p.lower_bound()
-    lines = ["candidates (simulated): " + ", ".join(f"{c.label} {ms(c.sim)}" for c in cands)
+    what = "simulated" if p.objective.kind() == "latency" else f"simulated seconds per request, {p.objective.label()}"
+    lines = [f"candidates ({what}): " + ", ".join(f"{c.label} {ms(c.sim)}" for c in cands)
              + f"; lower bound {ms(lb)}"]
     info: dict = {"candidates": ",".join(c.name for c in cands)}
+    if p.objective.kind() != "latency":
+        return _by_objective(ctx, cands, lines, info)
     if not real:
         return _modeled(o, ctx, cands, lines, info, deadline)
     measurer = _measurer(o, ctx)
@@ -175,6 +186,20 @@ def _measurer(o: Auto, ctx: PlaceContext):
     from hdp.runtime.measure import Measurer
 
     return Measurer(ctx.module, ctx.target, runs=o.measure_runs, warmup=WARMUP, timeout=ctx.timeout)
+
+
+def _by_objective(ctx, cands: list[Cand], lines: list[str], info: dict) -> Placed:
+    """An objective other than latency: the lowest simulated cost. The measured stages compare
+    single-request latencies, and the learner's reward is one, so neither runs; ``hdp evaluate
+    --objective throughput`` measures the result."""
+    win = _simulated_best(cands)
+    lines.append(f"kept {win.label} ({ms(win.sim)} per request simulated): the lowest simulated "
+                 f"{ctx.problem.objective.label()} (no measured stage: they compare latencies)")
+    from hdp.placement.simulate import Simulator
+
+    info.update(Simulator(ctx.problem).report(win.gd))
+    info.update(stages="candidates", chosen=win.name, report="\n".join(lines))
+    return Placed(np.asarray(win.gd, np.int16), info)
 
 
 def _modeled(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadline) -> Placed:

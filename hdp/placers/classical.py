@@ -25,6 +25,12 @@ better of "each op on its fastest device" and the best single device if none was
 reports the objective, the gap and the simulated latency; the solve time goes to
 :func:`hdp.placers.note_time` (a wall time in ``info`` would change the Module's bytes run to run).
 
+**Objectives and memory.** With the problem's objective :class:`~hdp.placement.objective.Throughput`,
+or when the unconstrained optimum overfills a device's memory, ``optimal`` solves the mixed-integer
+program of :mod:`hdp.placers.constrained` instead (min latency or min max-stage-load, subject to
+every device's capacity). ``heft`` under capacities only considers devices with room left for each
+group (Baechi's m-ETF); ``random`` redraws, seeded, until a placement fits.
+
 **Margin.** The optimum of a cost model is only as good as the model: a mixed placement predicted
 2 % faster than the best single device, by a profile whose per-op times are known to ±5 %, is a
 coin toss that costs HETERO's overheads when it loses. So a mixed optimum is kept only when its
@@ -49,8 +55,12 @@ from hdp.errors import InputError
 from hdp.placers import PlaceContext, Placed, note_time
 from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
 from hdp.placement import _kernels as K
+from hdp.placement.objective import Throughput
 from hdp.placement.simulate import Simulator
+from hdp.placers.constrained import solve as solve_constrained
 
+#: ``random`` under device memory draws at most this many placements for one that fits.
+RANDOM_DRAWS = 100
 _INF_CAP = 2**31 - 1  # scipy's max-flow keeps capacities in int32
 _FINITE_BUDGET = 2**30  # the scaled finite capacities sum to at most this, so a cut never takes _INF_CAP
 
@@ -86,6 +96,13 @@ def random_placement(o: Random, ctx: PlaceContext) -> Placed:
             info["coarse_groups"] = nc
     if gdev is None:
         gdev = _uniform_choice(p.allowed, rng) if p.n_groups else np.zeros(0, np.int64)
+        if p.memory_binds and p.n_groups:  # redraw (seeded) until the placement fits, a bounded number of times
+            sim = Simulator(p)
+            for draw in range(1, RANDOM_DRAWS):
+                if sim.feasible(gdev):
+                    break
+                gdev = _uniform_choice(p.allowed, rng)
+            info["draws"] = draw
     if p.has_costs:
         info.update(Simulator(p).report(gdev))
     return Placed(gdev.astype(np.int16), info)
@@ -101,9 +118,40 @@ def heft(o: Heft, ctx: PlaceContext) -> Placed:
     rank = K.upward_rank(sim.time_full, sim.s_ptr, sim.s_dst, sim.s_cost)
     sched = np.lexsort((np.arange(k), -rank)).astype(np.int64)
     dev = np.full(k, -1, np.int64)
-    makespan = K.heft_schedule(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
+    if p.memory_binds:
+        makespan = _heft_memory(p, sim, sched, dev, ctx)
+    else:
+        makespan = K.heft_schedule(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
     return Placed(dev.astype(np.int16), {"makespan": float(makespan), **sim.report(dev),
                                          "parallel": sim.latency_parallel(dev)})
+
+
+def _heft_memory(p, sim, sched, dev, ctx) -> float:
+    """HEFT over the devices with room left for each group (m-ETF); InputError naming the group's
+    first op, its bytes and each device's room when one fits nowhere."""
+    from hdp.placement.memory import size_text
+
+    needs = p.needs
+    k = p.n_groups
+    n_u = needs.u_bytes.shape[0]
+    ug = np.repeat(np.arange(n_u, dtype=np.int64), np.diff(needs.u_ptr))
+    order = np.argsort(needs.u_groups, kind="stable")
+    gu_units = ug[order]
+    gu_ptr = np.zeros(k + 1, np.int64)
+    np.cumsum(np.bincount(needs.u_groups, minlength=k), out=gu_ptr[1:])
+    base, peak = np.empty(p.n_devices), np.empty(p.n_devices)
+    unit_on = np.empty((n_u, p.n_devices), np.bool_)
+    makespan = K.heft_schedule_mem(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev,
+                                   sim.m_fixed, sim.m_act, gu_ptr, gu_units, needs.u_bytes, sim.capacity,
+                                   base, peak, unit_on)
+    if makespan < 0:
+        v = int(-1 - makespan)
+        op = ctx.module.graph.ops[int(p.structure.members(v)[0])].name if ctx.module is not None else f"group {v}"
+        room = ", ".join(f"{d} {size_text(max(c - b - pk, 0.0))} free of {size_text(c)}"
+                         for d, c, b, pk in zip(p.devices, sim.capacity, base, peak) if np.isfinite(c))
+        raise InputError(f"heft: no device has room left for the group of op '{op}' ({size_text(sim.m_fixed[v])} "
+                         f"besides shared constants) in earliest-finish order ({room}); use optimal")
+    return float(makespan)
 
 
 class _Model:
@@ -326,12 +374,12 @@ def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict, op_se: np.
     gain when ``op_se`` (per-op standard errors) is given."""
     if np.unique(gdev).size < 2:
         return gdev
-    singles = sim.singles()
+    singles = _feasible_singles(p, sim)
     if not singles:
         return gdev
     d = min(singles, key=singles.get)
     lat_single = singles[d]
-    lat = sim.latency(gdev)
+    lat = sim.cost(gdev)
     gain = 1.0 - lat / lat_single if lat_single > 0 else 0.0
     why = f"the margin of {margin * 100:.1f} %"
     if op_se is not None and lat_single > 0:
@@ -352,13 +400,25 @@ def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict, op_se: np.
     return gdev
 
 
-def _first_single_if_as_good(p, m: _Model, gdev: np.ndarray) -> np.ndarray:
+def _feasible_singles(p, sim) -> dict[int, float]:
+    """The objective's cost of every op on one device, for each device that can run and hold them all."""
+    out = {}
+    for j in range(p.n_devices):
+        if p.allowed[:, j].all():
+            gd = p.single(j)
+            if sim.feasible(gd):
+                out[j] = sim.cost(gd)
+    return out
+
+
+def _first_single_if_as_good(p, m: _Model, gdev: np.ndarray, sim) -> np.ndarray:
     """The first device (target order) that runs every group at the objective of ``gdev`` or
     below, when one does: among optima of one cost, one device (a min-cut over two equal columns
     may return either)."""
     obj = m.objective(gdev)
     for j in range(p.n_devices):
-        if p.allowed[:, j].all() and m.objective(np.full(p.n_groups, j)) <= obj * (1 + 1e-9):
+        if (p.allowed[:, j].all() and m.objective(np.full(p.n_groups, j)) <= obj * (1 + 1e-9)
+                and sim.feasible(p.single(j))):
             return p.single(j).astype(np.int64)
     return gdev
 
@@ -375,15 +435,29 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
         raise InputError(f"optimal:mincut needs exactly 2 devices, the target has {p.n_devices}")
     m = _Model(p, penalty)
     t0 = _time.perf_counter()
+    constrained = isinstance(p.objective, Throughput)
     if p.n_devices == 1:
         gdev, info = np.zeros(m.k, np.int64), {"solver": "trivial"}
-    elif solver == "mincut":
-        gdev, info = _mincut(m)
+    elif constrained:
+        gdev, info = solve_constrained(p, penalty, o.time_limit, o.mip_gap)
     else:
-        gdev, info = _ilp(m, o.time_limit, o.mip_gap)
+        gdev, info = _mincut(m) if solver == "mincut" else _ilp(m, o.time_limit, o.mip_gap)
+        if p.memory_binds and not sim.feasible(gdev):  # the unconstrained optimum overfills a device
+            over = sim.over(gdev)[0]
+            gdev, info = solve_constrained(p, penalty, o.time_limit, o.mip_gap)
+            info["unconstrained"] = f"the unconstrained optimum needs {over[1]:.0f} bytes on {over[0]} (> {over[2]:.0f})"
+            constrained = True
     note_time(f"optimal ({info['solver']})", _time.perf_counter() - t0)
-    info["objective"] = m.objective(gdev)
-    gdev = _first_single_if_as_good(p, m, np.asarray(gdev, np.int64))
+    gdev = np.asarray(gdev, np.int64)
+    if constrained:
+        info["objective"] = sim.cost(gdev)
+        singles = _feasible_singles(p, sim)
+        first = next((j for j, c in singles.items() if c <= info["objective"] * (1 + 1e-9)), None)
+        if first is not None:
+            gdev = p.single(first).astype(np.int64)
+    else:
+        info["objective"] = m.objective(gdev)
+        gdev = _first_single_if_as_good(p, m, gdev, sim)
     if o.margin is None:
         fixed, se = auto_margin(ctx.module), _op_se(ctx.module, p.devices)
         if fixed > 0 or se is not None:

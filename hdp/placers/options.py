@@ -32,6 +32,9 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     seeded: ClassVar[bool] = False
     #: One line for ``hdp passes``.
     summary: ClassVar[str] = ""
+    #: The objectives (:mod:`hdp.placement.objective` kinds) the method can place for; ``place()``
+    #: refuses the others with a one-line error.
+    serves: ClassVar[frozenset[str]] = frozenset({"latency", "throughput"})
 
     @classmethod
     def name(cls) -> str:
@@ -123,6 +126,7 @@ class Hsdag(PlacerOptions, tag="hsdag"):
     needs = ("costs", "features", "coarse")
     arg_field = "reward"
     seeded = True
+    serves = frozenset({"latency"})  # its rewards (simulated or measured) are single-request latencies
     summary = "HSDAG: GNN + graph parsing + policy gradient on simulated or measured latency (hsdag[:measure])"
 
     def __post_init__(self) -> None:

@@ -1,8 +1,9 @@
-"""Greedy local refinement of a placement under the simulator's sequential cost model.
+"""Greedy local refinement of a placement under the simulator's model of the problem's objective.
 
 Each round considers moving one tie group that sits on a device boundary to the device of one of
 its neighbours (where that device is allowed for it), evaluates all such moves at once with
-:meth:`Simulator.latencies`, and applies the best one if it lowers the latency. It stops when no
+:meth:`Simulator.costs`, and applies the best one that keeps every device within its memory if it
+lowers the cost. It stops when no
 move helps or after ``max_rounds``. The result is never worse than the input under the model.
 """
 
@@ -17,12 +18,13 @@ _CHUNK = 512  # candidate placements evaluated per batch
 
 def refine(problem: PlacementProblem, group_device: np.ndarray,
            max_rounds: int = 200) -> tuple[np.ndarray, float, float, int]:
-    """Return (refined device per group, latency before, latency after, moves applied)."""
+    """Return (refined device per group, cost before, cost after, moves applied)."""
     from hdp.placement.simulate import Simulator
 
     sim = Simulator(problem)
     d = np.array(group_device, np.int64)
-    before = cur = sim.latency(d)
+    before = cur = sim.cost(d)
+    binds = problem.memory_binds
     k = d.shape[0]
     if k == 0 or sim.n_devices < 2:
         return d.astype(np.int16), before, cur, 0
@@ -43,10 +45,13 @@ def refine(problem: PlacementProblem, group_device: np.ndarray,
             chunk = pairs[c:c + _CHUNK]
             mat = np.repeat(d[None, :], chunk.shape[0], axis=0)
             mat[np.arange(chunk.shape[0]), chunk[:, 0]] = chunk[:, 1]
-            lat = sim.latencies(mat)
-            j = int(np.argmin(lat))
-            if lat[j] < best_lat * (1 - 1e-12):
-                best, best_lat = chunk[j], float(lat[j])
+            lat = sim.costs(mat)
+            for j in np.argsort(lat, kind="stable"):
+                if not lat[j] < best_lat * (1 - 1e-12):
+                    break
+                if not binds or sim.feasible(mat[j]):  # the cheapest move that keeps every device within its memory
+                    best, best_lat = chunk[j], float(lat[j])
+                    break
         if best is None:
             break
         d[best[0]] = best[1]

@@ -105,6 +105,17 @@ def check_weights(model, xml: str | os.PathLike) -> None:
 _digests: dict[tuple, str] = {}
 
 
+def weight_bytes_by_device(placed: "PlacedModel") -> dict[str, int]:
+    """Stored bytes of the Constants each device gets in a placed model, as written (a constant
+    the model gives each device its own copy of counts on each)."""
+    out = {d: 0 for d in placed.devices}
+    for op in placed.model.get_ordered_ops():
+        if op.get_type_name() == "Constant":
+            dev = op.get_rt_info()["affinity"].astype(str)
+            out[dev] = out.get(dev, 0) + int(op.get_byte_size())
+    return out
+
+
 def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
     """The placement carried by an already-read ``ov.Model`` (affinities restored in place);
     with the file ``xml`` it was read from, its weights are checked against the recorded digest."""

@@ -19,6 +19,7 @@ A target is a TOML file decoded with msgspec::
     op_overhead = 8e-6
     efficiency = 0.5          # fraction of peak_flops reached on real layers (default 1.0)
     supported_ops = []        # empty: every op type; otherwise the list it supports
+    memory = "16GiB"          # bytes it holds (an integer, or "512MiB", "16GiB", "1.5G": powers of 1024)
 
     [link]
     latency = 20e-6
@@ -31,6 +32,12 @@ where ``bytes`` counts its input and output tensors with floating-point tensors 
 device's ``precision`` (f32 = 4 bytes, f16/bf16 = 2, i8 = 1). ``efficiency`` (0 < e <= 1) is the
 share of the published peak a device sustains on real layers; peaks are rarely reached, so a
 modeled target should state its assumption there.
+
+``memory`` caps what a placement may put on a device (:mod:`hdp.placement.memory` estimates
+the bytes). Without it a real device's capacity is read from OpenVINO where the plugin reports
+one (``GPU_DEVICE_TOTAL_MEM_SIZE``, ``NPU_DEVICE_TOTAL_MEM_SIZE``), a real CPU's is the host's
+available memory, and a modeled device's is unlimited (:mod:`hdp.runtime.capacity`);
+``--memory DEV=SIZE`` overrides all of these.
 
 The bounds of every field are declared on it (:mod:`hdp.validation`); :func:`validate_target`
 adds the rules between fields. Every error names its path (``devices[0].peak_flops.f32: must be
@@ -81,10 +88,21 @@ class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     efficiency: Annotated[float, Meta(gt=0, le=1)] = 1.0
     supported_ops: list[NotBlank] = []
     description: str = ""
+    #: bytes the device holds: an integer or a size ("16GiB"); None: as the device reports
+    memory: Annotated[int, Meta(ge=0)] | str | None = None
 
     @property
     def plugin_name(self) -> str:
         return self.plugin or self.name
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """``memory`` in bytes (checked by :func:`check_rules`), None when not declared."""
+        if self.memory is None or isinstance(self.memory, int):
+            return self.memory
+        from hdp.cache import parse_size
+
+        return parse_size(self.memory)
 
 
 class Link(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -129,6 +147,14 @@ def check_rules(t: Target, source: str) -> Target:
         where = f"{source}: devices[{i}]"
         if d.name in names[:i]:
             raise InputError(f"{where}.name: duplicate device '{d.name}'")
+        if isinstance(d.memory, str):
+            from hdp.cache import parse_size
+
+            try:
+                parse_size(d.memory)
+            except ValueError:
+                raise InputError(f"{where}.memory: not a size: {d.memory!r} (bytes as an integer, or like "
+                                 f"\"16GiB\", \"512MiB\")") from None
         if d.alias and not d.plugin:
             raise InputError(f"{where}.plugin: an aliased device must name the plugin it registers")
         if d.kind == "modeled":

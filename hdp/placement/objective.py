@@ -1,0 +1,63 @@
+"""What a placement optimises: a value in the :class:`~hdp.placement.problem.PlacementProblem`.
+
+:data:`Objective` is a tagged union (``kind``). Every variant is priced by the simulator
+(:meth:`hdp.placement.simulate.Simulator.cost`) in **seconds per request, lower is better**:
+
+- :class:`Latency` — one request under HETERO's sequential semantics (its subgraphs run one after
+  another): compute + copies + one overhead per subgraph.
+- :class:`Throughput` — ``requests`` requests in flight. HETERO pipelines them: every subgraph is
+  a stage with its own executor and a device runs one stage at a time, so at steady state a
+  request completes every ``max(latency / requests, max_d load[d])`` seconds, where ``load[d]``
+  is the device's share of one request: the compute of its groups (replicated chains once per
+  device), the copies it sends and receives, and one subgraph overhead per subgraph on it.
+
+The communication rule of the throughput load is a parameter, not a code path: a tensor cut
+from its producer's device to distinct receiving devices ``R`` charges ``send × copy`` once to the
+producer's device and ``receive × copy`` to each device of ``R``; devices named in
+``free_comm`` pay neither. HETERO's default (``send=0, receive=1``): the receiving stage copies
+its inputs in. The peer's workloads (Tarnawski et al., msr-fiddle/dnn-partitioning) use
+``send=1, receive=1, free_comm=("CPU",)``.
+
+Placers read the objective from the problem; a method that cannot optimise one declares the
+kinds it serves (:attr:`hdp.placers.options.PlacerOptions.serves`) and refuses the others.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+import msgspec
+from msgspec import Meta
+
+
+class _Objective(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="kind"):
+    @classmethod
+    def kind(cls) -> str:
+        return cls.__struct_config__.tag
+
+    def label(self) -> str:
+        """One short phrase for tables and messages."""
+        return self.kind()
+
+
+class Latency(_Objective, tag="latency"):
+    """The latency of one request under HETERO's sequential semantics (the default)."""
+
+
+class Throughput(_Objective, tag="throughput"):
+    """Seconds per request with ``requests`` requests in flight (see the module docstring)."""
+
+    requests: Annotated[int, Meta(ge=1, le=4096, description="requests in flight, at least 1")] = 2
+    #: share of a cut tensor's copy seconds its producer's device pays, once per tensor
+    send: Annotated[float, Meta(ge=0, le=10)] = 0.0
+    #: share of a cut tensor's copy seconds each distinct receiving device pays
+    receive: Annotated[float, Meta(ge=0, le=10)] = 1.0
+    #: devices whose communication is free (neither sending nor receiving costs them)
+    free_comm: tuple[str, ...] = ()
+
+    def label(self) -> str:
+        return f"throughput ({self.requests} in flight)"
+
+
+Objective = Union[Latency, Throughput]
+KINDS: dict[str, type] = {c.kind(): c for c in (Latency, Throughput)}

@@ -1,0 +1,89 @@
+"""Bytes each device of a target holds: declared, reported by OpenVINO, or the host's.
+
+In order: a ``--memory DEV=SIZE`` override; the device's ``memory`` in the target; for a real
+device whose plugin reports its memory, that (``GPU_DEVICE_TOTAL_MEM_SIZE``,
+``NPU_DEVICE_TOTAL_MEM_SIZE``); for a real CPU plugin, the host's available memory
+(``MemAvailable`` of /proc/meminfo: what can be allocated without swapping now); otherwise
+unlimited (``inf``). CPU plugin instances registered under other names share that one figure.
+
+Read when a placement is made, not part of the partition pass's cache key: only declared and
+``--memory`` capacities are (a cached placement is reused however the host's free memory moved).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hdp.errors import InputError
+
+#: OpenVINO properties that report a device's total memory, by plugin name prefix.
+REPORTED = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
+
+
+def host_available() -> float:
+    """Bytes of memory available on this host now (``inf`` when it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def reported(device) -> float:
+    """What the device's OpenVINO plugin reports as its total memory, else ``inf``."""
+    key = next((v for k, v in REPORTED.items() if device.plugin_name.startswith(k)), None)
+    if key is None or device.alias:
+        return math.inf
+    try:
+        import openvino as ov
+
+        return float(int(ov.Core().get_property(device.plugin_name, key)))
+    except Exception:  # noqa: BLE001 - a plugin that is absent or does not report: unlimited
+        return math.inf
+
+
+def parse_overrides(specs) -> tuple[tuple[str, int], ...]:
+    """``("GPU=16GiB", ...)`` -> ``(("GPU", bytes), ...)``; InputError naming the bad one."""
+    from hdp.cache import parse_size
+
+    out = []
+    for spec in specs or ():
+        name, eq, size = str(spec).partition("=")
+        if not eq or not name.strip():
+            raise InputError(f"--memory {spec}: expected DEVICE=SIZE (like GPU=16GiB)")
+        try:
+            out.append((name.strip(), parse_size(size)))
+        except ValueError:
+            raise InputError(f"--memory {spec}: not a size: {size!r} (bytes, or like 16GiB, 512MiB)") from None
+    return tuple(out)
+
+
+def capacities(target, overrides=()) -> np.ndarray:
+    """Bytes per device of ``target`` in its order (``inf``: unlimited); ``overrides`` are
+    ``(device, bytes)`` pairs (an unknown device is an InputError)."""
+    over = dict(overrides)
+    for name in over:
+        target.device(name)  # names the target's devices when it has no such one
+    out = []
+    for d in target.devices:
+        if d.name in over:
+            out.append(float(over[d.name]))
+        elif d.memory is not None:
+            out.append(float(d.memory_bytes))
+        elif d.kind != "real":
+            out.append(math.inf)
+        elif d.plugin_name.startswith("CPU"):
+            out.append(host_available())
+        else:
+            out.append(reported(d))
+    return np.array(out, np.float64)

@@ -1,0 +1,254 @@
+"""Objectives and device memory: the simulator's throughput and memory against hand-computed
+figures, ``optimal`` against brute force under caps and for throughput, and the refusals."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hdp.errors import InputError
+from hdp.placement.objective import Latency, Throughput
+from hdp.placement.simulate import Simulator
+from hdp.placers import PlaceContext, place
+from hdp.placers.options import Heft, HeteroAuto, Hsdag, Optimal, Random, Single
+from placement_helpers import make_module, problem, random_module
+
+
+def two_op_module(**kw):
+    # P -> a -> b -> R; constant C1 read by a only, C2 by a and b
+    types = ["Parameter", "Constant", "Constant", "X", "X", "Result"]
+    edges = [(0, 3), (1, 3), (2, 3), (2, 4), (3, 4), (4, 5)]
+    t = [[0, 0], [0, 0], [0, 0], [1, 2], [3, 1], [0, 0]]
+    return make_module(types, edges, t, edge_bytes=[10, 100, 200, 200, 20, 30], weights={1: 100, 2: 200},
+                       lat=0.01, bw=1e3, ovh=0.0, **kw)
+
+
+def test_memory_counts_shared_constants_once_per_device_and_the_largest_activation():
+    p = problem(two_op_module())
+    sim = Simulator(p)
+    # group 0 = {P, a}: a reads P (10) and writes 20: 30 live; group 1 = {b, R}: reads 20, writes 30
+    assert p.needs.activation.tolist() == [30, 50]
+    assert sim.memory([0, 0]).tolist() == [100 + 200 + 50, 0]
+    # split: C2 is on both devices, C1 with a only
+    assert sim.memory([0, 1]).tolist() == [100 + 200 + 30, 200 + 50]
+    assert sim.memory([1, 0]).tolist() == [200 + 50, 100 + 200 + 30]
+
+
+def test_throughput_period_is_the_busiest_device_or_the_latency_over_requests():
+    p = problem(two_op_module()).with_objective(Throughput(requests=2))
+    sim = Simulator(p)
+    copy = 0.01 + 20 / 1e3  # the a -> b tensor
+    lat = 1 + 1 + copy
+    assert sim.latency([0, 1]) == pytest.approx(lat)
+    # HETERO's rule: the receiving device pays the copy
+    assert sim.loads([0, 1]).tolist() == pytest.approx([1, 1 + copy])
+    assert sim.cost([0, 1]) == pytest.approx(max(lat / 2, 1 + copy))
+    assert sim.cost([0, 0]) == pytest.approx(4)  # one device runs every stage of every request
+    one = Simulator(problem(two_op_module()).with_objective(Throughput(requests=1)))
+    assert one.cost([0, 1]) == pytest.approx(lat)  # one request in flight: nothing overlaps
+    assert one.costs(np.array([[0, 1], [0, 0]])).tolist() == pytest.approx([lat, 4])
+
+
+def test_the_peer_rule_is_a_parameter_sender_and_receiver_pay_a_free_device_pays_none():
+    base = problem(two_op_module())
+    copy = 0.01 + 20 / 1e3
+    peer = Simulator(base.with_objective(Throughput(requests=4, send=1, receive=1)))
+    assert peer.loads([0, 1]).tolist() == pytest.approx([1 + copy, 1 + copy])
+    free = Simulator(base.with_objective(Throughput(requests=4, send=1, receive=1, free_comm=("D0",))))
+    assert free.loads([0, 1]).tolist() == pytest.approx([1, 1 + copy])
+    assert free.loads([1, 0]).tolist() == pytest.approx([3, 2 + copy])
+
+
+def brute(p, sim):
+    """The lowest objective over every allowed placement that fits (None when none does)."""
+    best = None
+    for gd in itertools.product(range(p.n_devices), repeat=p.n_groups):
+        gd = np.array(gd)
+        if not p.allowed[np.arange(p.n_groups), gd].all() or not sim.feasible(gd):
+            continue
+        c = sim.cost(gd)
+        if best is None or c < best:
+            best = c
+    return best
+
+
+def ctx_of(p, module=None):
+    return PlaceContext(module=module, problem=p)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_optimal_equals_brute_force_under_caps_and_for_throughput(seed):
+    rng = np.random.default_rng(seed)
+    n_dev = 2 + seed % 2
+    m = random_module(rng, 9, n_dev, n_ties=1, ovh=0.0, const_frac=0.25, weights=True)
+    p0 = problem(m)
+    total = Simulator(p0).memory(p0.single(0)).sum()
+    caps = rng.uniform(0.35, 0.8, n_dev) * total  # no device holds everything
+    thr = Throughput(requests=int(rng.integers(1, 5)), send=float(seed % 3 == 0), free_comm=("D1",) if seed % 4 == 1 else ())
+    for obj in (Latency(), thr):
+        p = p0.with_objective(obj).with_capacity(caps)
+        sim = Simulator(p)
+        want = brute(p, sim)
+        if want is None:
+            with pytest.raises(InputError, match="memory|fit"):
+                place(Optimal(boundary_penalty=0.0, margin=0.0), ctx_of(p, m))
+            continue
+        got = place(Optimal(boundary_penalty=0.0, margin=0.0, mip_gap=1e-9), ctx_of(p, m)).group_device
+        assert sim.feasible(got)
+        assert sim.cost(got) == pytest.approx(want, rel=1e-7), obj
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_heft_and_random_respect_caps_or_refuse_naming_the_device(seed):
+    rng = np.random.default_rng(100 + seed)
+    m = random_module(rng, 12, 2, const_frac=0.3, weights=True)
+    p0 = problem(m)
+    total = Simulator(p0).memory(p0.single(0)).sum()
+    p = p0.with_capacity([0.7 * total, 0.7 * total])
+    sim = Simulator(p)
+    for method in (Heft(), Random()):
+        try:
+            gd = place(method, PlaceContext(module=m, problem=p, seed=seed)).group_device
+        except InputError as e:
+            assert "D0" in str(e) and "D1" in str(e) or "needs" in str(e)
+            assert "\n" not in str(e)
+            continue
+        assert sim.feasible(gd)
+
+
+def test_single_device_over_its_memory_is_a_one_line_error_naming_device_and_bytes():
+    m = two_op_module()
+    p = problem(m).with_capacity([200, np.inf])
+    with pytest.raises(InputError, match=r"single:D0: its placement needs 350 bytes on D0, over its memory of 200 bytes"):
+        place(Single(device="D0"), PlaceContext(module=m, problem=p))
+    with pytest.raises(InputError, match="on D0"):
+        place(HeteroAuto(), PlaceContext(module=m, problem=p))
+    # optimal finds the placement that fits
+    gd = place(Optimal(margin=0.0), PlaceContext(module=m, problem=p)).group_device
+    assert Simulator(p).feasible(gd)
+
+
+def test_a_model_that_fits_no_device_names_every_cap_and_its_smallest_need():
+    m = two_op_module()
+    p = problem(m).with_capacity([100, 120])
+    with pytest.raises(InputError) as e:
+        place(Optimal(), PlaceContext(module=m, problem=p))
+    msg = str(e.value)
+    assert "D0 100 bytes" in msg and "D1 120 bytes" in msg and "\n" not in msg
+
+
+def test_a_method_refuses_an_objective_it_does_not_serve():
+    m = two_op_module()
+    p = problem(m).with_objective(Throughput(requests=2))
+    with pytest.raises(InputError, match="method 'hsdag' cannot place for the throughput objective"):
+        place(Hsdag(), PlaceContext(module=m, problem=p))
+
+
+def test_throughput_optimum_splits_where_latency_keeps_one_device():
+    # two equal halves: one device is latency-optimal (no copy); with requests in flight the
+    # split halves the period
+    types = ["Parameter", "X", "X", "Result"]
+    m = make_module(types, [(0, 1), (1, 2), (2, 3)], [[0, 0], [1, 1], [1, 1], [0, 0]], lat=0.01, bw=1e6, ovh=0.0)
+    p = problem(m)
+    lat = place(Optimal(margin=0.0), PlaceContext(module=m, problem=p)).group_device
+    assert np.unique(lat).size == 1
+    pt = p.with_objective(Throughput(requests=2))
+    thr = place(Optimal(margin=0.0), PlaceContext(module=m, problem=pt)).group_device
+    assert np.unique(thr).size == 2
+    assert Simulator(pt).cost(thr) == pytest.approx(1.01, rel=1e-3)
+
+
+def test_target_memory_accepts_sizes_and_names_the_field_when_bad():
+    from hdp.runtime.capacity import capacities, parse_overrides
+    from hdp.runtime.target import load_target, parse_target
+
+    t = load_target("dual-gpu")
+    assert capacities(t).tolist() == [64 * 2**30, 16 * 2**30, 16 * 2**30]
+    assert capacities(t, parse_overrides(["GPU.1=512MiB"])).tolist()[2] == 512 * 2**20
+    assert capacities(load_target("i9-flex170")).tolist() == [32 * 2**30, 16 * 2**30]
+    toml = 'name = "t"\n[[devices]]\nname = "A"\nkind = "real"\nmemory = {}\n'
+    assert parse_target(toml.format(1024)).devices[0].memory_bytes == 1024
+    for bad, field in (('"lots"', "devices[0].memory"), ("-5", "devices[0].memory"), ('"-1GiB"', "devices[0].memory")):
+        with pytest.raises(InputError, match=field.replace("[", r"\[").replace("]", r"\]")) as e:
+            parse_target(toml.format(bad))
+        assert "\n" not in str(e.value)
+    for spec in ("GPU", "GPU.0=big", "=1G"):
+        with pytest.raises(InputError, match="--memory"):
+            parse_overrides([spec])
+    with pytest.raises(InputError, match="no device 'NPU'"):
+        capacities(t, parse_overrides(["NPU=1G"]))
+    # a real CPU holds what the host has available now
+    assert 0 < capacities(load_target("virtual"))[0] < float("inf")
+
+
+def test_partition_options_build_the_objective_and_refuse_bad_values():
+    from hdp.passes.partition import PartitionPass
+    from hdp.runtime.target import load_target
+
+    t = load_target("i9-flex170")
+    p = PartitionPass.from_options({"target": t, "method": "optimal", "objective": "throughput", "requests": "4",
+                                    "memory": "GPU=1GiB", "context": "2048"})
+    assert p.objective == Throughput(requests=4) and p.memory == (("GPU", 2**30),) and p.context == 2048
+    for opts, msg in (({"objective": "speed"}, "--objective speed"), ({"objective": "throughput", "requests": "0"},
+                      "--requests 0: must be at least 1"), ({"requests": "2"}, "only with --objective throughput"),
+                      ({"context": "-1"}, "--context -1"), ({"memory": "GPU=x"}, "--memory GPU=x")):
+        with pytest.raises(InputError, match=msg):
+            PartitionPass.from_options({"target": t, **opts})
+
+
+def build_tower(layers=6, width=32):
+    """A chain of MatMul layers with f32 weights (width x width each)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(3)
+    h = ops.parameter([1, width], np.float32, name="x")
+    x = h
+    for i in range(layers):
+        w = ops.constant(rng.standard_normal((width, width)).astype(np.float32), name=f"w{i}")
+        x = ops.relu(ops.matmul(x, w, False, False, name=f"mm{i}"), name=f"act{i}")
+    return ov.Model([ops.result(x, name="y")], [h], "tower")
+
+
+@pytest.mark.parametrize("method", ["optimal", "heft", "auto"])
+def test_compile_under_a_memory_cap_writes_a_model_whose_devices_hold_their_weights(tmp_path, method):
+    from click.testing import CliRunner
+
+    from conftest import _save
+    from hdp.cli import main
+    from hdp.runtime.placed import read_placed, weight_bytes_by_device
+
+    xml = _save(build_tower(), tmp_path / "tower.xml")
+    layer = 32 * 32 * 4
+    # the GPU holds two layers' weights (and their activations), the CPU four: the model must split
+    cap = {"GPU": int(2.5 * layer), "CPU": int(4.5 * layer)}
+    out = tmp_path / "p.xml"
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170", "--method", method,
+                                  "--memory", f"GPU={cap['GPU']}", "--memory", f"CPU={cap['CPU']}",
+                                  "--objective", "throughput", "--requests", "2", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    held = weight_bytes_by_device(read_placed(out))
+    assert held["GPU"] <= cap["GPU"] and held["CPU"] <= cap["CPU"] and held["GPU"] + held["CPU"] == 6 * layer
+    assert "memory (estimated)" in r.output and "requests in flight" in r.output
+    from hdp.show import show
+
+    assert f"GPU: {held['GPU'] / 1024:.1f} KiB;" in show(str(out))  # the stored weights as written, per device
+
+
+def test_compile_refuses_a_model_that_fits_no_device(tmp_path):
+    from click.testing import CliRunner
+
+    from conftest import _save
+    from hdp.cli import main
+
+    xml = _save(build_tower(), tmp_path / "tower.xml")
+    out = tmp_path / "p.xml"
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170", "--method", "optimal",
+                                  "--memory", "GPU=8KiB", "--memory", "CPU=8KiB", "--no-cache"])
+    assert r.exit_code == 2 and not out.exists()
+    assert "the model does not fit" in r.output and "CPU 8.0 KiB" in r.output and "GPU 8.0 KiB" in r.output
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170",
+                                  "--objective", "throughput", "--requests", "0", "--no-cache"])
+    assert r.exit_code == 2 and "--requests 0" in r.output
