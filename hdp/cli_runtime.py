@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 
 import click
+import msgspec
 
 from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, shape_options,
                              shape_request, target_from, target_path, user_errors, with_options)
@@ -117,12 +119,17 @@ def targets_cmd(as_json):
                    "executor (every device at once). concurrent runs one PLACED file head to head with the same "
                    "file under HETERO and with every op on each device it uses, and says how they compare.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in seconds).")
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+              help="throughput: keep --requests inferences in flight (an async infer queue on the HETERO "
+                   "compile) and report inferences per second over --runs windows with a 95% CI; with --plain, "
+                   "also the plain compile with its own streams.")
+@click.option("--requests", type=int, default=2, show_default=True, help="throughput: inferences in flight.")
 @with_options(cache_options("a single placement's measurement goes to <cache-dir>/measure",
                             "Measure again and cache nothing."))
 @user_errors
 @cache_scoped
 def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resolution, max_seconds, execution,
-                 as_json, cache_dir, no_cache):
+                 as_json, objective, requests, cache_dir, no_cache):
     """Measure placed models (from `hdp compile`) with HETERO on the target's real devices.
 
     One PLACED file alone is measured on its own (a figure measured earlier is reused unless
@@ -154,6 +161,17 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
                                    "and every single device it uses); no other files or --plain")
         return _evaluate_concurrent(placed[0], tgt, runs=runs, warmup=warmup, timeout=timeout,
                                     resolution=resolution, max_seconds=max_seconds, as_json=as_json)
+    if objective == "throughput":
+        if execution != "sequential":
+            raise click.UsageError("--objective throughput measures HETERO's pipelining of requests in flight; "
+                                   "not with --execution concurrent")
+        if requests < 1:
+            raise InputError(f"--requests {requests}: must be at least 1")
+        if len(placed) > 1:
+            raise click.UsageError("--objective throughput measures one placed model (with --plain: and the plain "
+                                   "compile); give one file")
+        return _evaluate_throughput(placed[0], tgt, requests=requests, runs=runs, warmup=warmup, timeout=timeout,
+                                    plain=plain, as_json=as_json)
     if len(placed) > 1:
         return _evaluate_several(list(placed), tgt, runs=runs, warmup=warmup, timeout=timeout, plain=plain,
                                  resolution=resolution, max_seconds=max_seconds, as_json=as_json)
@@ -259,6 +277,55 @@ def _evaluate_concurrent(xml: str, tgt, *, runs, warmup, timeout, resolution, ma
         for p in pairs:
             click.echo(p["text"])
     failed = [x for x in head.measurements if not x.ok]
+    if failed:
+        raise MeasureError(failed[0].error)
+
+
+def plain_streams_config(device, requests: int) -> dict[str, str]:
+    """Compile options of a plain device serving ``requests`` in flight with its own streams: for
+    the CPU plugin, up to one stream per core over every core, unpinned and unreserved (whatever
+    the target's per-device thread settings)."""
+    if not device.plugin_name.startswith("CPU"):
+        return {"PERFORMANCE_HINT": "THROUGHPUT", "PERFORMANCE_HINT_NUM_REQUESTS": str(requests)}
+    return {"NUM_STREAMS": str(max(1, min(requests, os.cpu_count() or 1))), "INFERENCE_NUM_THREADS": "0",
+            "ENABLE_CPU_RESERVATION": "NO", "ENABLE_CPU_PINNING": "NO"}
+
+
+def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, plain, as_json) -> None:
+    """``hdp evaluate --objective throughput``: the placed model (and ``plain``) with ``requests``
+    in flight; beside it the throughput simulated when it was placed, if for the same ``requests``."""
+    from hdp.runtime.measure import Measurer, placed_device_of
+    from hdp.runtime.measurement import MeasureError
+    from hdp.runtime.placed import _model_info, read_placed
+
+    dev, devs, tgt = placed_device_of(placed, tgt)
+    model = read_placed(placed).model
+    sim = {k: _model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated")}
+    batches = max(runs, 6)
+    with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
+        res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
+        if plain:
+            res["plain"] = m.serve(plain=plain, requests=requests, batches=batches,
+                                   plain_config=plain_streams_config(tgt.device(plain), requests))
+    simulated = None
+    if sim["period"] and sim["requests"] == str(requests):
+        simulated = 1.0 / float(sim["period"])
+    elif sim["simulated"] and requests == 1:
+        simulated = 1.0 / float(sim["simulated"])
+    if as_json:
+        out = {k: {**msgspec.to_builtins(v), "estimate": v.estimate()} for k, v in res.items()}
+        out["simulated_per_second"] = simulated
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for k, v in res.items():
+            click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else ""))
+        if simulated is not None and res["placed"].ok:
+            est, lo, hi = res["placed"].estimate()
+            click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f} "
+                       f"(95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
+        elif sim["period"]:
+            click.echo(f"(placed for {sim['requests']} requests in flight: no simulated figure for {requests})")
+    failed = [v for v in res.values() if not v.ok]
     if failed:
         raise MeasureError(failed[0].error)
 

@@ -252,3 +252,33 @@ def test_compile_refuses_a_model_that_fits_no_device(tmp_path):
     r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170",
                                   "--objective", "throughput", "--requests", "0", "--no-cache"])
     assert r.exit_code == 2 and "--requests 0" in r.output
+
+
+@pytest.mark.slow
+def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure(tmp_path):
+    """hdp evaluate --objective throughput: the placed model and the plain compile,
+    each with windows of inferences in flight, and the throughput simulated when it was placed."""
+    import json
+
+    from click.testing import CliRunner
+
+    from conftest import _save
+    from hdp.cli import main
+
+    xml = _save(build_tower(), tmp_path / "tower.xml")
+    out = tmp_path / "p.xml"
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "virtual-2x1", "--method",
+                                  "optimal", "--objective", "throughput", "--requests", "2", "--no-compare",
+                                  "--no-cache", "-q"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "2", "--runs", "3",
+                                  "--plain", "CPU", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output[r.output.index("{"):])
+    for k in ("placed", "plain"):
+        assert len(res[k]["rates"]) == 6 and all(x > 0 for x in res[k]["rates"]) and res[k]["requests"] == 2
+        est, lo, hi = res[k]["estimate"]
+        assert lo <= est <= hi
+    assert res["placed"]["what"].startswith("HETERO:") and res["simulated_per_second"] > 0
+    r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "0"])
+    assert r.exit_code == 2 and "--requests 0" in r.output

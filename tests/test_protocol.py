@@ -32,7 +32,9 @@ def test_messages_round_trip_typed():
     msgs = [P.Load(xml="m.xml", target=virtual, roles=b"\x01\x02"),
             P.Measure(placement=P.Placement(devices=["CPU", "CPU_B"], device_of=b"\x00\x00\x01\x00"), runs=3, warmup=1),
             P.Prepare(plain="CPU", warmup=2), P.Rounds(handles=[0, 1], orders=[[0, 1], [1, 0]]),
-            P.Blob(blob="a.blob", device="HETERO:CPU", target=virtual, runs=1, warmup=0)]
+            P.Blob(blob="a.blob", device="HETERO:CPU", target=virtual, runs=1, warmup=0),
+            P.Serve(placement=P.Placement(devices=["CPU"], device_of=b"\x00\x00"), requests=2, batches=3, per_batch=0,
+                    warmup=1)]
     for m in msgs:
         assert P.decode_request(P.encode(m)) == m
     node = P.RuntimeNode(name="n", type="Relu", exec_type="jit", original="r", ops=[3], preds=[], avg_warm=1e-6,
@@ -42,7 +44,7 @@ def test_messages_round_trip_typed():
     answers = P.SignatureAnswers(answers={"CPU": [(0, True), (-3, False)]}, in_context={"CPU": [2]},
                                  queries={"CPU": 2}, seconds=0.5)
     for r in (P.Failed(error="x", input=True, stale=True, device="CPU"), P.Done(), prof, answers,
-              P.Checked(passed=True, max_error=1e-7)):
+              P.Checked(passed=True, max_error=1e-7), P.Served(rates=[1.0, 2.0], compile_seconds=0.1, per_batch=8)):
         assert P.decode_reply(P.encode(r)) == r
     with pytest.raises(Exception, match="op"):
         P.decode_request(P.encode({"op": "frobnicate"}))

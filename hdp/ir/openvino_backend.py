@@ -50,6 +50,9 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
         model.set_rt_info(module.meta["specialisation"], ["hdp", "specialisation"])
     if target is not None:
         model.set_rt_info(json.dumps(msgspec.to_builtins(target), sort_keys=True), ["hdp", "target"])
+    for key in ("simulated", "period", "requests", "goal"):  # what hdp evaluate sets its measurement beside
+        if key in pl.info:
+            model.set_rt_info(str(pl.info[key]), ["hdp", f"sim_{key}"])
 
 
 def legalize_placed(model, ov_ops, module: Module) -> dict:

@@ -60,7 +60,8 @@ from hdp.ir.types import Module
 from hdp.runtime import protocol as P
 from hdp.runtime import stats
 from hdp.runtime.measure_cache import MEASURE_VERSION, MeasureCache, host_key, measure_cache_dir
-from hdp.runtime.measurement import BestOf, Candidate, HeadToHead, MeasureError, Measurement, graph_of, placed
+from hdp.runtime.measurement import (BestOf, Candidate, HeadToHead, MeasureError, Measurement, Served, graph_of,
+                                    placed)
 from hdp.runtime.target import Target, load_target
 from hdp.runtime.worker_client import LOAD_TIMEOUT, WorkerFailure, WorkerProcess, current_pool
 
@@ -583,6 +584,36 @@ class Measurer:
         if isinstance(reply, P.Failed):
             return {"passed": False, "error": reply.error}
         return msgspec.to_builtins(reply)
+
+    def serve(self, device_of=None, devices=None, *, requests: int, batches: int = 10, per_batch: int = 0,
+              plain: str | None = None, plain_config: dict | None = None) -> Served:
+        """Throughput with ``requests`` inferences in flight (:class:`~hdp.runtime.protocol.Serve`)
+        of a placement, or with ``plain`` of the unplaced model on that device (``plain_config``:
+        its compile options). ``per_batch`` inferences per window (0: the worker sizes windows of
+        about a quarter second), ``batches`` windows after ``warmup`` rounds. Never cached; failures
+        come back as ``error``."""
+        per_batch = int(per_batch)
+        if plain is not None:
+            if self.target.device(plain).kind != "real":
+                raise InputError(f"device '{plain}' of target '{self.target.name}' is modeled; it cannot run here")
+            what = f"plain:{plain}"
+            req = P.Serve(plain=plain, plain_config={k: str(v) for k, v in (plain_config or {}).items()},
+                          requests=requests, batches=batches, per_batch=per_batch, warmup=self.warmup)
+        else:
+            dev, devices = self._placement(device_of, devices)
+            what = "HETERO:" + ",".join(d for k, d in enumerate(devices) if (dev == k).any())
+            req = P.Serve(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()), requests=requests,
+                          batches=batches, per_batch=per_batch, warmup=self.warmup)
+        base = dict(what=what, target=self.target.name, requests=int(requests), per_batch=per_batch)
+        try:
+            reply = self._call(req)
+        except WorkerFailure as e:
+            return Served(**base, error=f"{what}: {e}")
+        if isinstance(reply, P.Failed):
+            return Served(**base, error=f"{what}: {reply.error}")
+        base["per_batch"] = reply.per_batch or per_batch
+        return Served(**base, rates=tuple(reply.rates), compile_seconds=reply.compile_seconds,
+                      submodels=reply.submodels)
 
     def _run(self, req: P.Measure | P.Plain, what: str) -> Measurement:
         base = dict(what=what, target=self.target.name, runs=self.runs, warmup=self.warmup)

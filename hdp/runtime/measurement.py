@@ -273,3 +273,41 @@ class BestOf:
         lines += [f"  {c.b} vs {c.a}: {c.describe(level=False)}" for c in self.selection.comparisons]
         lines.append(f"kept {self.selection.reason}")
         return "\n".join(lines)
+
+
+class Served(msgspec.Struct, frozen=True, kw_only=True):
+    """Throughput of one compile with ``requests`` inferences in flight: the rate (inferences per
+    second) of each of ``len(rates)`` windows of ``per_batch`` inferences (or an ``error``)."""
+
+    what: str
+    target: str
+    requests: int
+    per_batch: int
+    rates: tuple[float, ...] = ()
+    error: str = ""
+    compile_seconds: float = 0.0
+    submodels: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and len(self.rates) > 0
+
+    def estimate(self) -> tuple[float, float, float]:
+        """(estimate, low, high): the Hodges-Lehmann pseudo-median of the window rates with its
+        95 % interval (corrected for serial correlation), :func:`hdp.runtime.stats.hodges_lehmann`."""
+        from hdp.runtime.stats import hodges_lehmann
+
+        if not self.ok:
+            return float("nan"), float("nan"), float("nan")
+        if len(self.rates) < 2:
+            r = float(self.rates[0])
+            return r, float("nan"), float("nan")
+        return tuple(float(x) for x in hodges_lehmann(np.asarray(self.rates)))
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"failed: {self.error}"
+        est, lo, hi = self.estimate()
+        return (f"{est:.1f} inferences/s with {self.requests} in flight (95 % CI {lo:.1f}-{hi:.1f}, "
+                f"{len(self.rates)} windows of {self.per_batch})")
+

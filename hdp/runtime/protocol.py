@@ -199,8 +199,26 @@ class Blob(_Message, tag="blob"):
     spec: str = ""
 
 
+class Serve(_Message, tag="serve"):
+    """Throughput: compile ``placement`` with HETERO over the devices it uses (or, with ``plain``,
+    the unplaced model on that device with ``plain_config``) and keep ``requests`` inferences in
+    flight (an ``AsyncInferQueue``): ``warmup`` × ``requests`` inferences, then ``batches`` windows
+    of ``per_batch`` inferences each (0: as many as take about a quarter second, judged by the
+    warm-up), timed from the first start to the last completion. A CPU-plugin device the target
+    pins (``ENABLE_CPU_PINNING=YES``) is compiled unpinned here: the plugin pins one-thread
+    instances to one and the same core, which would serialise the pipeline's stages."""
+
+    requests: int
+    batches: int
+    per_batch: int
+    warmup: int
+    placement: Placement | None = None
+    plain: str | None = None
+    plain_config: dict[str, str] = {}
+
+
 Request = Union[Load, Preload, Query, Signatures, QuerySignatures, Measure, Plain, Profile, Prepare, Rounds, Release,
-                Check, Blob]
+                Check, Blob, Serve]
 
 
 # --------------------------------------------------------------------------- replies
@@ -351,14 +369,24 @@ class Checked(_Message, tag="checked"):
     device_errors: dict[str, float] = {}
 
 
+class Served(_Message, tag="served"):
+    """Inferences per second of each window of a :class:`Serve`, the compile seconds and HETERO's
+    number of submodels (0: a plain compile)."""
+
+    rates: list[float]
+    compile_seconds: float
+    submodels: int = 0
+    per_batch: int = 0
+
+
 Reply = Union[Failed, Done, Loaded, Supported, SignatureTable, SignatureAnswers, Timed, Profiled, Prepared, RoundTimes,
-              Checked]
+              Checked, Served]
 
 #: The reply each request type gets (or :class:`Failed`).
 REPLY_TO: dict[type, type] = {Load: Loaded, Preload: Done, Query: Supported, Signatures: SignatureTable,
                               QuerySignatures: SignatureAnswers, Measure: Timed, Plain: Timed,
                               Profile: Profiled, Prepare: Prepared, Rounds: RoundTimes, Release: Done,
-                              Check: Checked, Blob: Timed}
+                              Check: Checked, Blob: Timed, Serve: Served}
 
 
 def op_of(msg) -> str:

@@ -342,6 +342,16 @@ class Worker:
             from hdp.runtime.concurrent import compile_concurrent
 
             compiled = compile_concurrent(model, self.target, core, used, source=self.xml)
+        elif execution == "unpinned":  # HETERO with the CPU plugin's own pinning off (see serve)
+            pinned = [d for d in used if self.target.device(d).plugin_name.startswith("CPU")
+                      and self.target.device(d).config.get("ENABLE_CPU_PINNING") == "YES"]
+            for d in pinned:
+                core.set_property(d, {"ENABLE_CPU_PINNING": "NO"})
+            try:
+                compiled = core.compile_model(model, hetero_name(used), {})
+            finally:
+                for d in pinned:
+                    core.set_property(d, {"ENABLE_CPU_PINNING": "YES"})
         else:
             compiled = core.compile_model(model, hetero_name(used), {})
         return compiled, time.perf_counter() - t0
@@ -350,6 +360,44 @@ class Worker:
         compiled, compile_s = self._compile_placed(req.placement, execution=req.execution)
         times = self._time(compiled, req.runs, req.warmup)
         return P.Timed(times=times, compile_seconds=compile_s, submodels=_submodels(compiled))
+
+    def serve(self, req: P.Serve) -> P.Served:
+        import openvino as ov
+
+        from hdp.errors import InputError
+
+        if (req.plain is None) == (req.placement is None):
+            raise InputError("worker: serve one of a plain device or a placement")
+        if req.plain is not None:
+            core = self.core((req.plain,))
+            t0 = time.perf_counter()
+            compiled = core.compile_model(self._written(), req.plain, dict(req.plain_config))
+            compile_s, submodels = time.perf_counter() - t0, 0
+        else:
+            # the CPU plugin pins every pinned one-thread instance to the same core, which would run
+            # the pipeline's stages on one core: the OS places them instead
+            compiled, compile_s = self._compile_placed(req.placement, execution="unpinned")
+            submodels = _submodels(compiled)
+        queue = ov.AsyncInferQueue(compiled, int(req.requests))
+        for ireq in queue:
+            self._ready(ireq)  # inputs set once per request; states (if any) are left to run on
+        n_warm = max(req.warmup, 1) * req.requests
+        for timed in (False, True):  # the first inferences are slow (allocation): size windows by the second pass
+            t0 = time.perf_counter()
+            for _ in range(n_warm):
+                queue.start_async()
+            queue.wait_all()
+        per_batch = req.per_batch
+        if per_batch <= 0:  # windows of about SERVE_WINDOW seconds, judged by the warm-up
+            per_batch = max(4 * req.requests, int(SERVE_WINDOW * n_warm / max(time.perf_counter() - t0, 1e-9)))
+        rates = []
+        for _ in range(req.batches):
+            t0 = time.perf_counter()
+            for _ in range(per_batch):
+                queue.start_async()
+            queue.wait_all()
+            rates.append(per_batch / (time.perf_counter() - t0))
+        return P.Served(rates=rates, compile_seconds=compile_s, submodels=submodels, per_batch=per_batch)
 
     def prepare(self, req: P.Prepare) -> P.Prepared:
         from hdp.errors import InputError
@@ -686,6 +734,10 @@ class Worker:
                                                                 nodes=t_end - t_timed))
 
 
+#: Seconds of one throughput window when the request leaves its size to the worker.
+SERVE_WINDOW = 0.25
+
+
 class _Route(msgspec.Struct, frozen=True):
     handler: Callable[[Worker, P.Request], P.Reply]
     needs_model: bool = True  # answered only after a Load
@@ -705,6 +757,7 @@ HANDLERS: dict[type, _Route] = {
     P.Rounds: _Route(Worker.rounds, faulty=False),
     P.Release: _Route(Worker.release, faulty=False),
     P.Check: _Route(Worker.check),
+    P.Serve: _Route(Worker.serve),
     P.Signatures: _Route(Worker.signatures),
     P.QuerySignatures: _Route(Worker.query_signatures),
 }
