@@ -282,3 +282,24 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
     assert res["placed"]["what"].startswith("HETERO:") and res["simulated_per_second"] > 0
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "0"])
     assert r.exit_code == 2 and "--requests 0" in r.output
+
+
+def test_pipeline_parallel_fills_devices_in_priority_order_by_1_2_times_their_constants():
+    from hdp.placers.options import PipelineParallel
+
+    # P -> x1 .. x6 -> R, each x reading its own 1000-byte constant
+    types = ["Parameter"] + ["Constant", "X"] * 6 + ["Result"]
+    edges, prev = [], 0
+    for i in range(6):
+        c, x = 1 + 2 * i, 2 + 2 * i
+        edges += [(prev, x), (c, x)]
+        prev = x
+    edges.append((prev, 13))
+    t = np.ones((14, 2))
+    m = make_module(types, edges, t, edge_bytes=[4] * len(edges), weights={1 + 2 * i: 1000 for i in range(6)})
+    p = problem(m).with_capacity([2500, np.inf])
+    gd = place(PipelineParallel(), PlaceContext(module=m, problem=p)).group_device
+    per_op = p.op_devices(gd)
+    assert [int(per_op[2 + 2 * i]) for i in range(6)] == [0, 0, 1, 1, 1, 1]  # 2 x 1.2 kB fit D0's 2.5 kB, 3 do not
+    gd = place(PipelineParallel(priority=("D1", "D0")), PlaceContext(module=m, problem=p)).group_device
+    assert set(gd.tolist()) == {1}  # D1 is unlimited: everything stays there

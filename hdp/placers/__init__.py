@@ -29,6 +29,7 @@ from hdp.placers.options import PlacerOptions
 IMPLEMENTATIONS = {
     "single": "hdp.placers.basic:single",
     "hetero-auto": "hdp.placers.basic:hetero_auto",
+    "pipeline-parallel": "hdp.placers.basic:pipeline_parallel",
     "random": "hdp.placers.classical:random_placement",
     "heft": "hdp.placers.classical:heft",
     "optimal": "hdp.placers.classical:optimal",

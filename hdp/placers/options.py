@@ -73,6 +73,14 @@ class HeteroAuto(PlacerOptions, tag="hetero-auto"):
     summary = "OpenVINO's rule: each op on the first device (in priority order) that supports it"
 
 
+class PipelineParallel(PlacerOptions, tag="pipeline-parallel"):
+    priority: tuple[str, ...] = ()  # () = the target's order
+    margin: Annotated[float, Meta(ge=1, le=10)] = 1.2  # OpenVINO's factor on constant bytes
+    arg_field = "priority"
+    summary = ("OpenVINO's MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL rule: ops in order on the first device "
+               "(priority order) until 1.2 x its constants pass its memory, then the next")
+
+
 class Random(PlacerOptions, tag="random"):
     seeded = True
     summary = "a uniformly random allowed device per tie group (per coarse group when coarsened), seeded"
@@ -172,8 +180,9 @@ class Auto(PlacerOptions, tag="auto"):
         return self.learn == "yes"
 
 
-Method = Union[Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto]
-METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, Random, Heft, Optimal, Hsdag, Auto)}
+Method = Union[Single, HeteroAuto, PipelineParallel, Random, Heft, Optimal, Hsdag, Auto]
+METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, PipelineParallel, Random, Heft,
+                                                                  Optimal, Hsdag, Auto)}
 
 
 def method_from(spec: str, options: dict | None = None, message=None) -> PlacerOptions:

@@ -1,0 +1,131 @@
+"""How far hdp's device-memory estimate (hdp/placement/memory.py) is from what a compile takes here.
+
+For each model: the estimate of every op on one CPU device (stored weights + state + peak
+activation), against the resident-memory growth of a fresh process that reads the model, compiles it
+on the CPU plugin in f32 and runs one inference (VmRSS after minus VmRSS before the compile). With
+``--placed X.xml`` (a placement from ``hdp compile``), the sum of the estimate over its devices
+against the growth of its HETERO compile (its devices registered as its target says).
+
+    python bench/memory_check.py [--models resnet50,inception_v3,...] [--placed P.xml ...]
+
+Models are zoo models already in the hdp cache (nothing is generated or downloaded), and
+``NAME:fp16`` is the cached f32 model saved with fp16 weights (``compress_to_fp16``). Run under
+``flock /work/measure.lock`` on a shared machine: RSS growth does not depend on load, but the
+processes do need the memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_CHILD = r"""
+import json, sys
+def rss():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+import openvino as ov
+from hdp.runtime.worker import random_inputs
+xml, placed = sys.argv[1], sys.argv[2] == "placed"
+if placed:
+    from hdp.runtime.placed import compile_placed, read_placed
+    pm = read_placed(xml)
+    before = rss()
+    compiled = compile_placed(xml, pm.target, placed=pm)
+else:
+    core = ov.Core()
+    model = core.read_model(xml)
+    before = rss()
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+after_compile = rss()
+req = compiled.create_infer_request()
+for i, a in enumerate(random_inputs(compiled)):
+    req.set_input_tensor(i, ov.Tensor(a))
+req.infer()
+print(json.dumps({"before": before, "compile": after_compile - before, "total": rss() - before}))
+"""
+
+
+def measured(xml: Path, placed: bool) -> dict:
+    r = subprocess.run([sys.executable, "-c", _CHILD, str(xml), "placed" if placed else "plain"],
+                       capture_output=True, text=True, timeout=900, env={**os.environ})
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def estimate(xml: Path, devices=None, device_of_ops=None) -> dict:
+    from hdp.ir.openvino_frontend import lower
+    from hdp.placement.problem import build_problem
+    from hdp.placement.simulate import Simulator
+
+    module = lower(xml)
+    devs = tuple(devices or ("CPU",))
+    p = build_problem(module, devs)
+    gd = p.single(0) if device_of_ops is None else p.structure.group_devices(device_of_ops)
+    mem = Simulator(p).memory(gd)
+    n = p.needs
+    return {"estimate": float(mem.sum()), "per_device": {d: float(v) for d, v in zip(devs, mem)},
+            "weights": n.total_weights, "state": float(n.state.sum()), "activation": float(n.activation.max(initial=0))}
+
+
+def zoo_xml(spec: str, tmp: Path) -> Path | None:
+    from hdp.zoo import _default_root, cache_key, parse
+
+    name, _, fmt = spec.partition(":")
+    s = parse(name)
+    entry = _default_root() / f"{str(s).replace(':', '_').replace(',', '_')}-{cache_key(s)}"
+    xml = entry / "model.xml"
+    if not xml.is_file():
+        return None
+    if fmt == "fp16":
+        import openvino as ov
+
+        out = tmp / f"{name}-fp16.xml"
+        ov.save_model(ov.Core().read_model(xml), str(out), compress_to_fp16=True)
+        return out
+    return xml
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50,resnet50:fp16,inception_v3,inception_v3:fp16")
+    ap.add_argument("--placed", nargs="*", default=[])
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as td:
+        for spec in [m for m in a.models.split(",") if m]:
+            xml = zoo_xml(spec, Path(td))
+            if xml is None:
+                print(f"{spec}: not in the zoo cache, skipped", file=sys.stderr)
+                continue
+            rows.append((spec, "CPU", estimate(xml), measured(xml, False)))
+        for placed in a.placed:
+            from hdp.runtime.placed import read_placed
+
+            pm = read_placed(placed)
+            ops = pm.model.get_ordered_ops()
+            dev = np.array([pm.devices.index(op.get_rt_info()["affinity"].astype(str)) for op in ops])
+            rows.append((Path(placed).name, "HETERO:" + ",".join(pm.used), estimate(Path(placed), pm.devices, dev),
+                         measured(Path(placed), True)))
+    mib = 2.0 ** 20
+    print(f"{'model':<22} {'devices':<16} {'weights':>9} {'activ.':>8} {'estimate':>9} {'RSS growth':>11} "
+          f"{'(compile)':>10} {'error':>7}")
+    for name, devs, e, m in rows:
+        err = (e["estimate"] - m["total"]) / m["total"]
+        print(f"{name:<22} {devs:<16} {e['weights'] / mib:>8.1f}M {e['activation'] / mib:>7.1f}M "
+              f"{e['estimate'] / mib:>8.1f}M {m['total'] / mib:>10.1f}M {m['compile'] / mib:>9.1f}M {err * 100:>+6.1f}%")
+    print("(MiB; error = (estimate - measured) / measured; measured = VmRSS growth over compile + one inference)")
+
+
+if __name__ == "__main__":
+    main()
