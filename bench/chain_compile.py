@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,7 @@ def main() -> None:
 
     rows: dict[str, list[float]] = {}
     walls: list[float] = []
+    cpus: list[float] = []
     floors: list[float] = []
     loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="hdp-chain-") as w:
@@ -72,18 +74,21 @@ def main() -> None:
                     floors.append(float(p.stdout.strip().splitlines()[-1]))
             tim = work / f"t{i}.json"
             loads.append(os.getloadavg()[0])
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             p = subprocess.run([sys.executable, "-m", "hdp", "compile", str(xml), "-o", str(work / f"p{i}.xml"),
                                 "--target", a.target, "--method", a.method, "--no-compare", "-q",
                                 "--cache-dir", str(work / f"cache{i}"), "--timings", str(tim)],
                                capture_output=True, text=True, env=env, timeout=a.timeout)
             walls.append(time.perf_counter() - t0)
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # hdp and its (reaped) workers
+            cpus.append(ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime)
             if p.returncode:
                 raise SystemExit(f"hdp compile failed:\n{p.stdout}\n{p.stderr}")
             for r in json.loads(tim.read_text()):
                 if not r.get("stage"):
                     rows.setdefault(r["pass"], []).append(float(r["seconds"]))
-            print(f"run {i + 1}: {walls[-1]:.1f} s", file=sys.stderr)
+            print(f"run {i + 1}: {walls[-1]:.1f} s wall, {cpus[-1]:.1f} s CPU, load {loads[-1]:.1f}", file=sys.stderr)
     loads.append(os.getloadavg()[0])
     kind = "one shared Constant" if a.shared else "a Constant per Add"
     print(f"hdp compile of a {a.ops}-op Relu/Add chain ({kind}) --target {a.target} --method {a.method} "
@@ -97,6 +102,7 @@ def main() -> None:
     for name, xs in rows.items():
         print(f"| {name} | {cell(xs)} |")
     print(f"| **wall (the whole command)** | **{cell(walls)}** |")
+    print(f"| CPU of the whole command (user + system, hdp and its workers) | {cell(cpus)} |")
     if floors:
         print(f"| OpenVINO alone: `core.compile_model` on CPU (f32), fresh process | {cell(floors)} |")
 
