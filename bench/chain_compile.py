@@ -76,10 +76,14 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "hdp", "compile", str(xml), "-o", str(work / f"p{i}.xml"),
-                                "--target", a.target, "--method", a.method, "--no-compare", "-q",
-                                "--cache-dir", str(work / f"cache{i}"), "--timings", str(tim)],
-                               capture_output=True, text=True, env=env, timeout=a.timeout)
+            try:
+                p = subprocess.run([sys.executable, "-m", "hdp", "compile", str(xml), "-o", str(work / f"p{i}.xml"),
+                                    "--target", a.target, "--method", a.method, "--no-compare", "-q",
+                                    "--cache-dir", str(work / f"cache{i}"), "--timings", str(tim)],
+                                   capture_output=True, text=True, env=env, timeout=a.timeout)
+            except subprocess.TimeoutExpired:  # (hdp is killed; its workers follow it, as tested elsewhere)
+                raise SystemExit(f"hdp compile: no result after {a.timeout:.0f} s (run {i + 1}, load average "
+                                 f"{loads[-1]:.1f} at its start, {os.getloadavg()[0]:.1f} now)") from None
             walls.append(time.perf_counter() - t0)
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # hdp and its (reaped) workers
             cpus.append(ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime)
