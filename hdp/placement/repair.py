@@ -107,15 +107,20 @@ def neighbour_ties(problem: PlacementProblem, groups: list[int]) -> list[tuple[i
     return sorted(set(ties))
 
 
-def best_single_device(problem: PlacementProblem) -> int:
-    """The device allowed for every group with the lowest simulated latency (the first such
-    device without costs); -1 when no device runs everything."""
+def single_devices(problem: PlacementProblem) -> list[int]:
+    """The devices allowed for every group, lowest simulated latency first (in device order
+    without costs)."""
     whole = [d for d in range(problem.n_devices) if problem.allowed[:, d].all()]
-    if not whole:
-        return -1
-    if not problem.has_costs or not problem.n_groups:
-        return whole[0]
+    if len(whole) < 2 or not problem.has_costs or not problem.n_groups:
+        return whole
     from hdp.placement.simulate import Simulator
 
     singles = Simulator(problem).singles()
-    return min(singles, key=singles.get)
+    return sorted(whole, key=lambda d: (singles.get(d, float("inf")), d))
+
+
+def best_single_device(problem: PlacementProblem) -> int:
+    """The device allowed for every group with the lowest simulated latency (the first such
+    device without costs); -1 when no device runs everything."""
+    ranked = single_devices(problem)
+    return ranked[0] if ranked else -1

@@ -565,18 +565,18 @@ class Measurer:
                       head=head, selection=sel)
 
     def check(self, device_of=None, devices=None, *, xml=None, rename: dict | None = None,
-              execution: str = "sequential") -> dict:
+              execution: str = "sequential", tolerance: float = 0.0) -> dict:
         """Run a placement (``device_of``, indices into ``devices``; or the placed model file
         ``xml``) with HETERO against the original on the plain CPU plugin (the worker's
         :class:`~hdp.runtime.protocol.Check`). Returns its verdict as plain data: ``passed``,
-        ``error`` or ``max_error``/``where``, ``runs``; a crashed or hung worker is a failed check,
-        not an exception."""
+        ``error`` or ``max_error``/``where``, ``runs``, and ``device_errors`` when ``max_error``
+        is above ``tolerance``; a crashed or hung worker is a failed check, not an exception."""
         if xml is not None:
-            req = P.Check(xml=str(xml), rename=dict(rename or {}), execution=execution)
+            req = P.Check(xml=str(xml), rename=dict(rename or {}), execution=execution, tolerance=tolerance)
         else:
             dev, devices = self._placement(device_of, devices)
             req = P.Check(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()),
-                          rename=dict(rename or {}), execution=execution)
+                          rename=dict(rename or {}), execution=execution, tolerance=tolerance)
         try:
             reply = self._call(req)
         except WorkerFailure as e:

@@ -178,12 +178,15 @@ class Check(_Message, tag="check"):
     dynamic shapes kept; or the placed model file ``xml``) with HETERO, run every check run
     (:func:`hdp.ir.openvino_frontend.check_runs`) and compare each output with the original on the
     plain CPU plugin in f32. ``rename`` maps device names to the devices that stand in for them
-    (modeled devices run on CPU instances)."""
+    (modeled devices run on CPU instances). When the largest error is above ``tolerance`` (the
+    caller's base tolerance), the reply also gives each used device's own error running the
+    original alone (``device_errors``), which the caller may hold the placement to instead."""
 
     placement: Placement | None = None
     xml: str | None = None
     rename: dict[str, str] = {}
     execution: Execution = "sequential"
+    tolerance: float = 0.0
 
 
 class Blob(_Message, tag="blob"):
@@ -355,8 +358,9 @@ class RoundTimes(_Message, tag="round_times"):
 class Checked(_Message, tag="checked"):
     """The check's verdict: ``passed`` and ``error`` (the HETERO compile or run failed, or an output
     has another shape), or ``max_error`` (relative L2 against the original on plain CPU f32) at
-    ``where``, over ``runs`` runs on ``devices``; ``stateful`` for a model with states, and then
-    ``device_errors``: the same error of the original on each used device alone."""
+    ``where``, over ``runs`` runs on ``devices``; ``stateful`` for a model with states;
+    ``device_errors`` (when ``max_error`` is above the request's ``tolerance``): the same error of
+    the original on each used device alone."""
 
     passed: bool
     error: str = ""
