@@ -15,6 +15,9 @@ run with ``PY``, a separate venv with ``optimum-intel[openvino]``; random weight
 nothing downloaded), named ``optimum:ARCH-NL[,int4]`` (e.g. ``optimum:llama-2l``); with ``--models``
 naming some, only those.
 
+``--no-state-rule`` runs the same campaign as before the state rule of
+:mod:`hdp.placement.subgraphs` (placements not untangled; repair and fallback as usual).
+
 ``--suite llm`` is issue 16's matrix: optimum-intel-layout stateful exports of Llama, Qwen2 and
 Phi-3 at 2 and 8 layers, f32 and int4, with ``random`` (``--seeds`` seeds), ``heft`` and
 ``optimal``; every written model also generates teacher-forced (prefill of 6 tokens, batch 2,
@@ -129,8 +132,16 @@ def main() -> int:
     ap.add_argument("--generate", action="store_true", help="stateful LLMs: check teacher-forced generation")
     ap.add_argument("--optimum-python", default=None, help="Python of a venv with optimum-intel[openvino]: "
                                                                "add models exported by optimum-intel")
+    ap.add_argument("--no-state-rule", action="store_true",
+                    help="the campaign before HETERO's state rule: placements are not untangled "
+                         "(hdp.placement.subgraphs.untangle is the identity in this process)")
     ap.add_argument("--out", default=None, help="markdown report (default: print only)")
     args = ap.parse_args()
+    if args.no_state_rule:
+        import hdp.placement.subgraphs as subgraphs
+
+        # every caller imports untangle when it runs, and hdp compile runs in this process
+        subgraphs.untangle = lambda problem, group_device, nearest=False: (np.asarray(group_device, np.int16), 0)
     llm = args.suite == "llm"
     models = args.models or (LLMS if llm else ZOO + EXPORTS)
     if args.optimum_python and not any(m.startswith("optimum:") for m in models):
