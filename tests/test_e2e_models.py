@@ -18,10 +18,8 @@ from click.testing import CliRunner
 from hdp import zoo
 from hdp.cli import main
 from hdp.runtime.placed import compile_placed
-from hdp.runtime.verify import TOLERANCE_REDUCED
+from hdp.runtime.verify import PRECISION_MARGIN, TOLERANCE_REDUCED
 
-#: bf16 on CPU_B where the host supports it (this tolerance also covers f32 reorderings).
-BF16 = dict(rtol=5e-2, atol=5e-2)
 METHODS = ["random", "heft", "optimal", "default"]
 
 
@@ -50,9 +48,21 @@ def partial_shapes(xml):
 
 
 def run_at_two_shapes(placed_xml, original, feeds):
+    """The placed model at each feed against the plain f32 compile, within what ``hdp compile``
+    promises: a relative L2 error of TOLERANCE_REDUCED, or PRECISION_MARGIN times that of the
+    least precise used device running the original alone (a random-weight CNN in bf16 is 0.28 off
+    its f32 self on this host's CPU_B: the whole split is held to that, not to 5e-2)."""
+    from hdp.runtime.devices import make_core
+    from hdp.runtime.placed import read_placed
+
+    pm = read_placed(placed_xml)
+    core = make_core(pm.target, list(pm.used))
+    alone = [core.compile_model(str(original), d) for d in pm.used]
     cm, ref = compile_placed(placed_xml), plain(original)
     for feed in feeds:
-        np.testing.assert_allclose(cm(feed)[0], ref(feed)[0], **BF16)
+        want = ref(feed)[0]
+        floor = max(relative_error(c(feed)[0], want) for c in alone)
+        assert relative_error(cm(feed)[0], want) <= max(TOLERANCE_REDUCED, PRECISION_MARGIN * floor), (floor, pm.used)
 
 
 def bert_feeds():
