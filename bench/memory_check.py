@@ -2,7 +2,7 @@
 
 For each model: the estimate of every op on one CPU device (stored weights + state + peak
 activation), against the resident-memory growth of a fresh process that reads the model, compiles it
-on the CPU plugin in f32 and runs one inference (VmRSS after minus VmRSS before the compile). With
+on the CPU plugin in f32 (at the static specialisation hdp lowers) and runs one inference (VmRSS after minus VmRSS before the compile). With
 ``--placed X.xml`` (a placement from ``hdp compile``), the sum of the estimate over its devices
 against the growth of its HETERO compile (its devices registered as its target says).
 
@@ -42,8 +42,11 @@ if placed:
     before = rss()
     compiled = compile_placed(xml, pm.target, placed=pm)
 else:
+    from hdp.ir import openvino_frontend as fe
     core = ov.Core()
     model = core.read_model(xml)
+    # the static specialisation hdp lowers (sequence 128, prefill) so the inputs have shapes
+    model = fe.specialise(model, fe.plan_specialisation(model, xml), xml, runnable=True)
     before = rss()
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
 after_compile = rss()
@@ -79,18 +82,19 @@ def estimate(xml: Path, devices=None, device_of_ops=None) -> dict:
 
 
 def zoo_xml(spec: str, tmp: Path) -> Path | None:
-    from hdp.zoo import _default_root, cache_key, parse
+    from hdp.zoo import _default_root
 
     name, _, fmt = spec.partition(":")
-    s = parse(name)
-    entry = _default_root() / f"{str(s).replace(':', '_').replace(',', '_')}-{cache_key(s)}"
-    xml = entry / "model.xml"
-    if not xml.is_file():
+    if fmt and fmt != "fp16":  # a variant's cache entry: name_variant-<key>
+        name, fmt = f"{name}_{fmt}", ""
+    found = sorted(p for p in _default_root().glob(f"{name}-*/model.xml") if p.with_suffix(".bin").is_file())
+    if not found:
         return None
+    xml = found[0]
     if fmt == "fp16":
         import openvino as ov
 
-        out = tmp / f"{name}-fp16.xml"
+        out = tmp / f"{Path(name).name}-fp16.xml"
         ov.save_model(ov.Core().read_model(xml), str(out), compress_to_fp16=True)
         return out
     return xml

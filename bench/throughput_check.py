@@ -1,0 +1,80 @@
+"""Measured against simulated throughput on a real two-device bed (issue 18).
+
+For each model and N: ``hdp compile --objective throughput --requests N`` on the target (default
+``virtual-2x1``), then ``hdp evaluate --objective throughput --requests N --plain CPU``: the
+placement with N inferences in flight and the plain CPU compile with its own streams (every core),
+each as the Hodges-Lehmann estimate of windowed rates with its 95 % interval, beside the rate the
+simulator predicted when placing. Run under ``flock /work/measure.lock``; the load average is
+printed with the table.
+
+    python bench/throughput_check.py [--models resnet50,inception_v3,mobilenet_v2-tiny] [--requests 2,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def zoo_xml(spec: str) -> Path | None:
+    from hdp.zoo import _default_root
+
+    stem = spec.replace(":", "_").replace(",", "_")
+    found = sorted(p for p in _default_root().glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
+    return found[0] if found else None
+
+
+def hdp(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hdp", *map(str, args)], capture_output=True, text=True, timeout=3600)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50,inception_v3,mobilenet_v2-tiny")
+    ap.add_argument("--requests", default="2,4")
+    ap.add_argument("--target", default="virtual-2x1")
+    ap.add_argument("--method", default="optimal")
+    ap.add_argument("--runs", type=int, default=10)
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as td:
+        for spec in a.models.split(","):
+            xml = zoo_xml(spec)
+            if xml is None:
+                print(f"{spec}: not in the zoo cache, skipped", file=sys.stderr)
+                continue
+            for n in [int(x) for x in a.requests.split(",")]:
+                out = Path(td) / f"{spec.replace(':', '_')}-{n}.xml"
+                r = hdp("compile", xml, "-o", out, "--target", a.target, "--method", a.method, "--objective",
+                        "throughput", "--requests", n, "--no-compare", "-q")
+                if r.returncode:
+                    print(f"{spec} N={n}: compile failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                    continue
+                r = hdp("evaluate", out, "--objective", "throughput", "--requests", n, "--plain", "CPU",
+                        "--runs", a.runs, "--json")
+                if r.returncode:
+                    print(f"{spec} N={n}: evaluate failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                    continue
+                res = json.loads(r.stdout[r.stdout.index("{"):])
+                rows.append((spec, n, res))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"target {a.target}, method {a.method} --objective throughput; load average {load:.1f} on "
+          f"{os.cpu_count()} cores; rates in inferences/s, 95 % CI in brackets")
+    print(f"{'model':<20} {'N':>2} {'placement':<18} {'simulated':>10} {'measured':>26} {'meas/sim':>9} "
+          f"{'plain CPU (streams)':>28} {'placed/plain':>12}")
+    for spec, n, res in rows:
+        p, q, sim = res["placed"], res["plain"], res["simulated_per_second"]
+        pe, pl, ph = p["estimate"]
+        qe, ql, qh = q["estimate"]
+        ratio = f"{pe / sim:.3f}" if sim else "-"
+        print(f"{spec:<20} {n:>2} {p['what']:<18} {sim or float('nan'):>10.1f} {pe:>9.1f} [{pl:>6.1f}, {ph:>6.1f}] "
+              f"{ratio:>9} {qe:>11.1f} [{ql:>6.1f}, {qh:>6.1f}] {pe / qe:>12.3f}")
+
+
+if __name__ == "__main__":
+    main()
