@@ -69,8 +69,9 @@ timeout_option = click.option(
 
 
 def pass_cache(cache_dir: str | None, no_cache: bool):
+    from hdp.cache import default_cache_dir
     from hdp.fsutil import path_problem
-    from hdp.passes.cache import PassCache, default_cache_dir
+    from hdp.passes.cache import PassCache
 
     if no_cache:
         return None

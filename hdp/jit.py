@@ -29,7 +29,7 @@ def cache_dir() -> str:
     """Where Numba caches hdp's kernels: ``$NUMBA_CACHE_DIR`` if set, else ``<hdp cache>/numba``."""
     if os.environ.get(ENV):
         return os.environ[ENV]
-    from hdp.passes.cache import default_cache_dir
+    from hdp.cache import default_cache_dir
 
     return str(default_cache_dir() / "numba")
 

@@ -406,7 +406,7 @@ def _packages(spec: Spec) -> tuple[str, ...]:
 
 
 def _default_root() -> Path:
-    from hdp.passes.cache import default_cache_dir
+    from hdp.cache import default_cache_dir
 
     return default_cache_dir() / "zoo"
 

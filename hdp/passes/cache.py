@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hdp.cache import Store, default_cache_dir, open_root
+from hdp.cache import Store, open_root
 from hdp.errors import InputError
 from hdp.ir import serde
 from hdp.ir.types import Module
 
-__all__ = ["PassCache", "default_cache_dir"]
+__all__ = ["PassCache"]
 
 
 class PassCache:
