@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 
 from hdp.errors import InputError
-from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime.placed import compile_placed, read_placed
+from hdp.runtime.placed import compile_placed, read_placed, write_placed
 from hdp.runtime.target import load_target
 
 

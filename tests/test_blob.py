@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from hdp.cli import main
-from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
+from hdp.runtime.placed import write_placed
 from hdp.runtime.target import load_target
 
 #: Run in a fresh interpreter, as a user of ``virtual`` would: plain OpenVINO, the aliased device

@@ -12,12 +12,11 @@ from click.testing import CliRunner
 from dynamic_models import build_cnn, build_encoder, build_stateful_lm, save
 from hdp.errors import InputError
 from hdp.ir import openvino_frontend as fe
-from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower, parse_request
 from hdp.ir.types import Array, Placement
 from hdp.passes.manager import PassManager
 from hdp.pipeline import make_pass
-from hdp.runtime.placed import compile_placed
+from hdp.runtime.placed import compile_placed, write_placed
 from hdp.runtime.target import load_target
 
 BF16 = dict(rtol=0.05, atol=0.05)

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from hdp.cli import main
-from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
+from hdp.runtime.placed import write_placed
 from hdp.runtime.target import load_target
 
 

@@ -9,13 +9,13 @@ from click.testing import CliRunner
 
 from hdp.cli import main
 from hdp.errors import InputError
-from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
 from hdp.runtime import protocol as P
 from hdp.runtime.measure import Measurer, measure_plain
 from hdp.runtime.measure_cache import MeasureCache, cache_scope, measure_cache_dir
 from hdp.runtime.measurement import Candidate, MeasureError, Measurement, placed, plain
+from hdp.runtime.placed import write_placed
 from hdp.runtime.protocol import FAULT_ENV
 from hdp.runtime.report import compare_with_plain, plain_from_heads, plain_report
 from hdp.runtime.stats import SequentialPlan

@@ -310,7 +310,7 @@ def test_legalize_copies_shared_shape_chains_without_touching_the_ops_they_read(
     role = np.array([REPLICATED if n in replicated else CONE if n in cone else PLACED for n in names], np.int8)
     dev = {"sig": "CPU_B", "r2": "CPU_B"}
     device_of = [dev.get(n, "CPU") for n in names]
-    stats = legalize(model, ov_ops, role, device_of)
+    stats = legalize(model, ov_ops, role == PLACED, device_of)
     assert stats["copies"] > 0
     after = {o.get_friendly_name(): o for o in model.get_ordered_ops()}
     for n in ("x", "relu", "sig", "r1", "r2"):

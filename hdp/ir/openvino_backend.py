@@ -1,4 +1,4 @@
-"""Backend: write the placed model, every op annotated with its device.
+"""Backend: the placed model as OpenVINO writes it, every op annotated with its device.
 
 The written model is the user's original, read fresh from the module's source file: dynamic
 shapes, names, rt_info and weights as they were (only inputs of dynamic element type or rank take
@@ -8,8 +8,12 @@ and structure (:func:`hdp.ir.openvino_frontend.check_structure`), never by name.
 ``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
 ``<hdp>`` records the device list, the method, the target, the module digest and the digest of the
 ``.bin`` written with it (so a loader detects a mismatched pair). Weights are
-written uncompressed, so outputs equal the source model's. Use
-:func:`hdp.runtime.placed.compile_placed` to run it.
+written uncompressed, so outputs equal the source model's.
+
+This module knows OpenVINO and the IR, not the placement rules: :func:`hdp.runtime.placed.write_placed`
+reads the source again, calls :func:`annotate`, applies the rules' rewrite
+(:func:`hdp.ir.openvino_legalize.legalize`, given which ops a placement decides) and saves with
+:func:`save_placed`. :func:`hdp.runtime.placed.compile_placed` runs the result.
 """
 
 from __future__ import annotations
@@ -21,12 +25,10 @@ import secrets
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
 from hdp.errors import InputError
 from hdp.fsutil import commit_pair, kill_point, temp_dir, write_error
 from hdp.ir import serde
-from hdp.ir.openvino_frontend import reread_source
 from hdp.ir.types import Module
 
 AFFINITY_KEY = "user_dataaffinity"  # saved as <user_data name="affinity" .../>
@@ -55,40 +57,17 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
             model.set_rt_info(str(pl.info[key]), ["hdp", f"sim_{key}"])
 
 
-def legalize_placed(model, ov_ops, module: Module) -> dict:
-    """Apply the placement rules' rewrite (:func:`hdp.ir.openvino_legalize.legalize`) when the
-    placement uses several devices; one device needs none, so the written model is then the
-    original graph with affinities."""
-    from hdp.ir.openvino_legalize import legalize
-    from hdp.placement.structure import roles
-
-    pl = module.placement
-    dev = pl.device_of.numpy()
-    if np.unique(dev).shape[0] < 2:
-        return {"copies": 0, "folded_shapes": 0}
-    stats = legalize(model, ov_ops, roles(module.graph), [pl.devices[int(d)] for d in dev])
-    model.set_rt_info(str(stats["copies"]), ["hdp", "copies"])
-    model.set_rt_info(str(stats["folded_shapes"]), ["hdp", "folded_shapes"])
-    return stats
-
-
-def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=None) -> Path:
-    """Write ``out_xml`` and its ``.bin`` so that no reader ever sees a half-written or mismatched
-    pair: both are saved in a private temporary directory beside ``out_xml``, the ``.bin`` digest is
-    recorded in the ``.xml`` (checked by :func:`hdp.runtime.placed.read_placed`), then the pair is
-    committed by :func:`hdp.fsutil.commit_pair`. ``check``, if given, is called with the temporary
-    ``.xml`` before anything is committed; it returns a result with ``passed`` and ``describe()``,
-    and a failed check leaves no output (InputError)."""
+def save_placed(model, out_xml: str | os.PathLike, check=None) -> Path:
+    """Save ``model`` (an annotated placement, see :func:`annotate`) as ``out_xml`` and its ``.bin``
+    so that no reader ever sees a half-written or mismatched pair: both are saved in a private
+    temporary directory beside ``out_xml``, the ``.bin`` digest is recorded in the ``.xml`` (checked
+    by :func:`hdp.runtime.placed.read_placed`), then the pair is committed by
+    :func:`hdp.fsutil.commit_pair`. ``check``, if given, is called with the temporary ``.xml``
+    before anything is committed; it returns a result with ``passed`` and ``describe()``, and a
+    failed check leaves no output (InputError)."""
     import openvino as ov
 
-    if module.placement is None:
-        raise InputError("the module has no placement; run the partition and assign passes first")
     out_xml = Path(out_xml)
-    if out_xml.suffix.lower() != ".xml":
-        raise InputError(f"{out_xml}: the placed model must be written to a .xml path")
-    model, ov_ops = reread_source(module)
-    annotate(model, ov_ops, module, target)
-    legalize_placed(model, ov_ops, module)
     pending = secrets.token_hex(16)  # as long as the digest that replaces it in place
     model.set_rt_info(pending, ["hdp", WEIGHTS_DIGEST_KEY])
     with temp_dir(out_xml.parent, out_xml.name) as tmp:

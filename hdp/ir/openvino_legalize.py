@@ -14,7 +14,8 @@
   original), and a ShapeOf of a static-shaped tensor becomes the Constant it folds to — so no
   folded tensor and no fragile tensor ever crosses a HETERO subgraph boundary, whatever
   subgraphs HETERO makes (it also splits one device's ops into several subgraphs to break
-  cycles). The roles come from :mod:`hdp.placement.structure`; ops are addressed by position.
+  cycles). Which ops a placement decides is the caller's (the roles of
+  :mod:`hdp.placement.structure`, a layer above this one); ops are addressed by position.
 """
 
 from __future__ import annotations
@@ -174,23 +175,23 @@ def _clone_chain(out, keep: set, devices: dict, device: str, tag: str):
     return new_out
 
 
-def legalize(model, ov_ops, role: np.ndarray, device_of: list[str]) -> dict:
+def legalize(model, ov_ops, placed: np.ndarray, device_of: list[str]) -> dict:
     """Rewrite ``model`` for a placement over several devices and set every op's affinity.
-    ``ov_ops[i]`` is the op whose role (:func:`hdp.placement.structure.roles` of the lowered graph)
-    is ``role[i]`` and whose device is ``device_of[i]``. Returns counts for the report: ``copies``
-    (ops added) and ``folded_shapes`` (ShapeOfs replaced by Constants)."""
+    ``ov_ops[i]`` is an op whose device is ``device_of[i]``; ``placed[i]`` is true when the
+    placement decides it (role ``PLACED`` of :func:`hdp.placement.structure.roles` of the lowered
+    graph), false for constant data and replicated chains, which every consumer gets a copy of.
+    Returns counts for the report: ``copies`` (ops added) and ``folded_shapes`` (ShapeOfs replaced
+    by Constants)."""
     from openvino import opset13 as ops
-
-    from hdp.placement.structure import PLACED
 
     devices = {op: d for op, d in zip(ov_ops, device_of)}
     pos = {op: i for i, op in enumerate(ov_ops)}
-    free = {op for op, r in zip(ov_ops, role) if r != PLACED}
+    free = {op for op, p in zip(ov_ops, placed) if not p}
     # each free op's first placed consumer keeps the original chain where no other consumer shares it
     first_placed: dict = {}
     for i in range(len(ov_ops) - 1, -1, -1):
         op = ov_ops[i]
-        if role[i] == PLACED:
+        if placed[i]:
             continue
         best = None
         for o in op.outputs():
@@ -202,7 +203,7 @@ def legalize(model, ov_ops, role: np.ndarray, device_of: list[str]) -> dict:
         first_placed[op] = best
     copies = 0
     for i, op in enumerate(ov_ops):
-        if role[i] != PLACED:
+        if not placed[i]:
             continue
         for inp in op.inputs():
             src = inp.get_source_output()

@@ -7,7 +7,7 @@
   when it fails (:func:`hdp.runtime.verify.verify_and_repair`). Never cached. A repair places
   again with ties learned from the failure: the pipeline's partition pass (found by type) and the
   passes after it run again through the same manager.
-- :class:`Raise`: the placed model written atomically (:func:`hdp.ir.openvino_backend.write_placed`),
+- :class:`Raise`: the placed model written atomically (:func:`hdp.runtime.placed.write_placed`),
   checked again as written when a check ran. Its output is a file; the Module passes through.
 """
 
@@ -148,7 +148,7 @@ class Raise:
         return False
 
     def run(self, module: Module) -> Module:
-        from hdp.ir.openvino_backend import write_placed
+        from hdp.runtime.placed import write_placed
 
         checker = self.check.checker if self.check is not None else None
         pl = module.placement

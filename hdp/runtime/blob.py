@@ -135,7 +135,7 @@ def export_blob(xml: str | os.PathLike, out: str | os.PathLike, target: Target |
     from hdp.fsutil import atomic_write
     from hdp.ir.openvino_frontend import Specialisation
     from hdp.runtime.devices import hetero_name, make_core, plugin_library
-    from hdp.runtime.placed import _model_info, compile_placed, read_placed
+    from hdp.runtime.placed import model_info, compile_placed, read_placed
     from hdp.runtime.worker import ov_message
 
     xml, out = Path(xml), Path(out)
@@ -144,7 +144,7 @@ def export_blob(xml: str | os.PathLike, out: str | os.PathLike, target: Target |
     used = [d for d in pm.devices if d in pm.used]
     core = make_core(t, used) if all(t.device(d).kind == "real" for d in used) else None
     compiled = compile_placed(xml, t, core=core, placed=pm, devices=used)
-    spec_text = _model_info(pm.model, "specialisation") or ""
+    spec_text = model_info(pm.model, "specialisation") or ""
     spec = Specialisation.from_json(spec_text, str(xml)) if spec_text else None
     device = hetero_name(used)
     try:

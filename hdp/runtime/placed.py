@@ -1,4 +1,9 @@
-"""Reading and running placed models written by ``hdp compile``.
+"""Writing, reading and running placed models (what ``hdp compile`` writes).
+
+:func:`write_placed` writes a Module's placement over its source model: the source read again,
+every op annotated (:mod:`hdp.ir.openvino_backend`), and, over several devices, the placement
+rules' rewrite (:func:`hdp.ir.openvino_legalize.legalize` with the roles of
+:mod:`hdp.placement.structure`), saved as an atomic ``.xml``/``.bin`` pair.
 
 OpenVINO saves per-op ``user_data`` rt_info but reads it back under the key ``user_dataaffinity``,
 while HETERO looks for ``affinity``. The loader copies one to the other::
@@ -25,9 +30,48 @@ from pathlib import Path
 import msgspec
 
 from hdp.errors import InputError
+from hdp.ir.types import Module
 from hdp.runtime.target import Target, devices_target, target_from
 
 SAVED_KEY = "user_dataaffinity"
+
+
+def legalize_placed(model, ov_ops, module: Module) -> dict:
+    """Apply the placement rules' rewrite (:func:`hdp.ir.openvino_legalize.legalize`) when the
+    placement uses several devices; one device needs none, so the written model is then the
+    original graph with affinities."""
+    import numpy as np
+
+    from hdp.ir.openvino_legalize import legalize
+    from hdp.placement.structure import PLACED, roles
+
+    pl = module.placement
+    dev = pl.device_of.numpy()
+    if np.unique(dev).shape[0] < 2:
+        return {"copies": 0, "folded_shapes": 0}
+    stats = legalize(model, ov_ops, roles(module.graph) == PLACED, [pl.devices[int(d)] for d in dev])
+    model.set_rt_info(str(stats["copies"]), ["hdp", "copies"])
+    model.set_rt_info(str(stats["folded_shapes"]), ["hdp", "folded_shapes"])
+    return stats
+
+
+def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=None) -> Path:
+    """Write ``module``'s placement as ``out_xml`` and its ``.bin``: the module's source model read
+    again, every op's affinity set, legalized over several devices, saved atomically with the
+    ``.bin`` digest recorded (:func:`hdp.ir.openvino_backend.save_placed`; ``check``, if given,
+    runs on the temporary ``.xml`` and a failure leaves no output)."""
+    from hdp.ir.openvino_backend import annotate, save_placed
+    from hdp.ir.openvino_frontend import reread_source
+
+    if module.placement is None:
+        raise InputError("the module has no placement; run the partition and assign passes first")
+    out_xml = Path(out_xml)
+    if out_xml.suffix.lower() != ".xml":
+        raise InputError(f"{out_xml}: the placed model must be written to a .xml path")
+    model, ov_ops = reread_source(module)
+    annotate(model, ov_ops, module, target)
+    legalize_placed(model, ov_ops, module)
+    return save_placed(model, out_xml, check)
 
 
 @dataclass
@@ -39,7 +83,8 @@ class PlacedModel:
     used: list[str] = field(default_factory=list)  # the devices some op is placed on
 
 
-def _model_info(model, key: str) -> str | None:
+def model_info(model, key: str) -> str | None:
+    """The model-level rt_info ``<hdp><key>`` as a string (None: absent)."""
     try:
         return model.get_rt_info(["hdp", key]).astype(str)
     except RuntimeError:
@@ -83,7 +128,7 @@ def check_weights(model, xml: str | os.PathLike) -> None:
     by a crash, a copy or a concurrent writer). Models without the record pass unchecked."""
     from hdp.ir.openvino_backend import WEIGHTS_DIGEST_KEY, weights_digest
 
-    want = _model_info(model, WEIGHTS_DIGEST_KEY)
+    want = model_info(model, WEIGHTS_DIGEST_KEY)
     if not want:
         return
     bin_path = Path(xml).with_suffix(".bin")
@@ -122,13 +167,13 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
     if str(xml) != "<model>":
         check_weights(model, xml)
     used = restore_affinity(model, str(xml))
-    devs = (_model_info(model, "devices") or "").split(",")
+    devs = (model_info(model, "devices") or "").split(",")
     devs = [d for d in devs if d] or used
     for d in used:
         if d not in devs:
             raise InputError(f"{xml}: an op is placed on '{d}', which is not in the model's device list {devs}")
-    method = _model_info(model, "method") or "unknown"
-    tjson = _model_info(model, "target")
+    method = model_info(model, "method") or "unknown"
+    tjson = model_info(model, "target")
     if tjson:
         try:
             target = target_from(json.loads(tjson), f"{xml}: hdp target record")

@@ -289,11 +289,12 @@ class Worker:
         names = [devices[int(k)] for k in dev_of]
         if self.roles is not None and len(set(names)) > 1:
             from hdp.ir.openvino_legalize import legalize
+            from hdp.placement.structure import PLACED
 
             model = self.original.clone()
             ops = list(model.get_ordered_ops())
             fe.refine_for_devices(model, self.spec, self.xml)
-            legalize(model, ops, self.roles, names)
+            legalize(model, ops, self.roles == PLACED, names)
             return model
         model = self._written()
         for op, d in zip(model.get_ordered_ops(), names):
