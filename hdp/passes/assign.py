@@ -14,9 +14,6 @@ from hdp.errors import InputError
 from hdp.ir.types import Array, Module, Placement
 from hdp.passes.base import Pass
 
-#: Keys of ``info`` that describe a placement's simulated latency (always of the final placement).
-SIMULATED_KEYS = ("simulated", "compute", "copy", "subgraphs", "lower_bound")
-
 
 class AssignPass(Pass, tag="assign"):
     """Device per op from the partition; optionally refine greedily under the cost model."""
@@ -33,6 +30,7 @@ class AssignPass(Pass, tag="assign"):
 
     def run(self, module: Module) -> Module:
         from hdp.placement.problem import problem_of
+        from hdp.placement.simulate import SIMULATED_KEYS
 
         p = module.partition
         if module.support is not None and module.support.devices != p.devices:

@@ -62,6 +62,10 @@ from hdp.placement import _kernels as K
 from hdp.placement.objective import Throughput
 from hdp.placement.problem import PlacementProblem
 
+#: The keys of :meth:`Simulator.report` every placement has; a placement's ``info`` holds them for the
+#: final placement only.
+SIMULATED_KEYS = ("simulated", "compute", "copy", "subgraphs", "lower_bound")
+
 
 class Simulator:
     """Latency of device-per-group vectors of one problem.

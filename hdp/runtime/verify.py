@@ -312,7 +312,7 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
     if not ranked:
         raise InputError(f"the placement does not run ({first_error}) and no single device of "
                          f"{list(problem.devices)} can run every op; nothing to write")
-    from hdp.passes.assign import SIMULATED_KEYS
+    from hdp.placement.simulate import SIMULATED_KEYS, Simulator
 
     pl = out.module.placement
     failed = []
@@ -322,8 +322,6 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
         info = {k: v for k, v in pl.info.items() if k not in SIMULATED_KEYS}
         info.update(fallback=f"single:{problem.devices[base_dev]}", fallback_reason=first_error)
         if problem.has_costs:
-            from hdp.placement.simulate import Simulator
-
             info.update({k: str(v) for k, v in Simulator(problem).report(single).items()})
         module = out.module.replace(placement=Placement(method=pl.method, devices=pl.devices,
                                                         device_of=Array.of(dev, np.int16), info=info))
