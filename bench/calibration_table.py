@@ -179,6 +179,7 @@ def main(argv=None) -> int:
     from hdp.cache import default_cache_dir
     from hdp.fsutil import atomic_write
     from hdp.passes.cache import PassCache
+    from hdp.pipeline import calibrate as experiment
     from hdp.runtime import calibrate as C
     from hdp.runtime.target import load_target
     from hdp.cli_calibrate import prepare
@@ -202,7 +203,7 @@ def main(argv=None) -> int:
             rec = Record(target=target.name, command=cmd, machine=machine(),
                          date=_dt.datetime.now().isoformat(timespec="minutes"))
         cache = PassCache(root)
-        plan = C.precision_plan(resolution=args.resolution / 100, max_seconds=args.max_seconds)
+        plan = experiment.precision_plan(resolution=args.resolution / 100, max_seconds=args.max_seconds)
         work = root / "bench"
         for model in args.models.split(","):
             if Path(model).stem in rec.seconds:
@@ -215,7 +216,7 @@ def main(argv=None) -> int:
 
                 xml = export(model, work / f"{model}.xml")
             module = prepare(xml, target, {}, cache)
-            obs = C.calibrate_module(module, target, model=Path(model).stem, seed=args.seed, heldout=args.heldout,
+            obs = experiment.calibrate_module(module, target, model=Path(model).stem, seed=args.seed, heldout=args.heldout,
                                      fit_random=args.random, plan=plan, batch=args.batch,
                                      say=lambda s: print(f"  {s}", flush=True))
             rec.observations.extend(msgspec.to_builtins(o) for o in obs)

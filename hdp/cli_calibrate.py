@@ -62,6 +62,7 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     import msgspec
 
     from hdp.errors import InputError
+    from hdp.pipeline import calibrate as experiment
     from hdp.runtime import calibrate as C
 
     check_paths(inputs={**{f"MODEL {i + 1}": m for i, m in enumerate(models)}, "--target": target_path(target)},
@@ -74,7 +75,7 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
         raise InputError(f"target '{tgt.name}' has one device: there is no boundary to calibrate")
     shapes = shape_request(input_shape, seq_len, phase)
     cache = pass_cache(cache_dir, no_cache)
-    plan = C.precision_plan(resolution=resolution / 100, max_seconds=max_seconds)
+    plan = experiment.precision_plan(resolution=resolution / 100, max_seconds=max_seconds)
     store = None if cache is None else C.CalibrationStore(cache.dir)
     old = store.get(tgt) if store is not None and not fresh else None
     observations: list = []
@@ -82,7 +83,7 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     for xml in models:
         module = prepare(xml, tgt, shapes, cache, timeout)
         name = Path(xml).stem
-        obs = C.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout, fit_random=fit_random,
+        obs = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout, fit_random=fit_random,
                                  plan=plan, batch=batch, say=lambda s: click.echo(f"  {s}"), **kw)
         if not obs:
             raise InputError(f"{xml}: no placement could be measured")

@@ -12,6 +12,7 @@ import pytest
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, place
 from hdp.placers.classical import auto_margin
+from hdp.pipeline.calibrate import design
 from hdp.placers.options import UNCALIBRATED_MARGIN, method_from
 from hdp.runtime import calibrate as C
 from hdp.placement.simulate import Simulator
@@ -261,8 +262,8 @@ def test_design_is_seeded_starts_with_the_reference_and_holds_out_mixed_placemen
     rng = np.random.default_rng(5)
     m = random_module(rng, 60, 2, p_edge=0.08)
     p = problem(m)
-    a = C.design(m, p, seed=3, heldout=6)
-    b = C.design(m, p, seed=3, heldout=6)
+    a = design(m, p, seed=3, heldout=6)
+    b = design(m, p, seed=3, heldout=6)
     assert [d.name for d in a] == [d.name for d in b]
     assert all(np.array_equal(x.group_device, y.group_device) for x, y in zip(a, b))
     assert a[0].name == "reference" and a[0].group_device.tolist() == p.single(0).tolist()
@@ -272,7 +273,7 @@ def test_design_is_seeded_starts_with_the_reference_and_holds_out_mixed_placemen
     keys = {d.group_device.astype(np.int16).tobytes() for d in a}
     assert len(keys) == len(a)  # no placement twice
     # the fitted part does not change with the number held out
-    c = C.design(m, p, seed=3, heldout=2)
+    c = design(m, p, seed=3, heldout=2)
     assert [d.name for d in c if not d.heldout] == [d.name for d in a if not d.heldout]
 
 

@@ -180,7 +180,7 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     if st.r_ops.size:
         rg = np.repeat(np.arange(k), np.diff(st.r_ptr))
         np.add.at(bad, rg, ~ok[st.r_ops])
-    r_ptr, r_groups, r_time = _replicated_units(st, np.where(ok, op_time, 0.0))
+    r_ptr, r_groups, r_time = replicated_units(st, np.where(ok, op_time, 0.0))
     allowed = bad == 0
     none = np.nonzero(~allowed.any(axis=1))[0]
     if none.size:
@@ -211,7 +211,7 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     return p
 
 
-def _replicated_units(st: Structure, op_time: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def replicated_units(st: Structure, op_time: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(r_ptr, r_groups, r_time): the replicated ops grouped by the set of groups they feed, each
     unit's time per device the sum of its ops' (see the module docstring)."""
     nd = op_time.shape[1]

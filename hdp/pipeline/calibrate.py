@@ -1,0 +1,237 @@
+"""The calibration experiment: which placements to measure on a host, measured how.
+
+The boundary model, its fit and its store are :mod:`hdp.runtime.calibrate` (below the placers:
+the simulator and the ``boundary`` pass read them). Designing the experiment runs placers
+(``optimal`` at several boundary penalties, ``heft`` held out), so it sits above them, beside the
+compile pipeline: :func:`design` picks the placements, :func:`measure_design` measures each head to
+head with the reference (:func:`precision_plan`: until every ratio is known to a resolution), and
+:func:`calibrate_module` does both for one profiled module. ``hdp calibrate``
+(:mod:`hdp.cli_calibrate`) fits and stores the observations with
+:func:`hdp.runtime.calibrate.build`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hdp.errors import InputError
+from hdp.runtime.calibrate import Observation, costs_digest, group_common, placement_features
+
+
+# --------------------------------------------------------------------------- the design
+
+
+@dataclass(frozen=True)
+class Design:
+    """One placement of the calibration design (a device per tie group)."""
+
+    name: str
+    group_device: np.ndarray
+    heldout: bool
+
+
+def _allowed_fix(problem, gd: np.ndarray) -> np.ndarray:
+    """Move every group on a device it may not use to its first allowed device."""
+    gd = np.asarray(gd, np.int64).copy()
+    bad = ~problem.allowed[np.arange(gd.shape[0]), gd]
+    if bad.any():
+        gd[bad] = np.argmax(problem.allowed[bad], axis=1)
+    return gd
+
+
+def reference_placement(problem) -> np.ndarray:
+    """The reference every placement is compared with: every group on the first device that may
+    run all of them, else each group on its first allowed device."""
+    for d in range(problem.n_devices):
+        if problem.allowed[:, d].all():
+            return problem.single(d).astype(np.int64)
+    return np.argmax(problem.allowed, axis=1).astype(np.int64)
+
+
+def design(module, problem, *, seed: int = 0, heldout: int = 10, fit_random: int = 4,
+           blocks: Sequence[int] = (2, 3, 5, 9, 17, 33), penalties: Sequence[float] = (0.0, 1e-3, 1e-2)) -> list[Design]:
+    """Placements to measure (see the module docstring); the first is the reference."""
+    from hdp.placers import PlaceContext
+    from hdp.placers.classical import heft, optimal
+    from hdp.placers.options import Heft, Optimal
+
+    rng = np.random.default_rng(seed)
+    k, nd = problem.n_groups, problem.n_devices
+    out: list[Design] = []
+    seen: set[bytes] = set()
+
+    def add(name, gd, held=False, need_mixed=False):
+        gd = _allowed_fix(problem, gd)
+        if need_mixed and np.unique(gd).size < 2:
+            return False
+        key = gd.astype(np.int16).tobytes()
+        if key in seen:
+            return False
+        seen.add(key)
+        out.append(Design(name, gd, held))
+        return True
+
+    add("reference", reference_placement(problem))
+    for d in range(nd):
+        if problem.allowed[:, d].all():
+            add(f"single:{problem.devices[d]}", problem.single(d))
+    if k < 2 or nd < 2:
+        return out
+    for nb in blocks:
+        if nb > k:
+            continue
+        cuts = np.sort(rng.choice(np.arange(1, k), nb - 1, replace=False))
+        seg = np.searchsorted(cuts, np.arange(k), side="right")
+        add(f"blocks:{nb}", seg % nd, need_mixed=True)
+    st = problem.structure
+    co = getattr(module, "coarse", None)
+    cog = co.group_of.numpy().astype(np.int64)[st.m_ops[st.m_ptr[:-1]]] if co is not None else np.arange(k)
+    nc = int(cog.max()) + 1
+
+    def coarse_random(r):
+        w = r.dirichlet(np.ones(nd))
+        return r.choice(nd, size=nc, p=w)[cog]
+
+    made = 0
+    while made < fit_random:
+        made += add(f"random:coarse:{made}", coarse_random(rng), need_mixed=True)
+        if len(out) > 1000:
+            break
+    for j, frac in enumerate((0.05, 0.3)):  # fine-grained cuts: a few groups moved, or many
+        base = reference_placement(problem)
+        flip = rng.random(k) < frac
+        gd = base.copy()
+        gd[flip] = (base[flip] + rng.integers(1, nd, flip.sum())) % nd
+        add(f"random:groups:{frac:g}", gd, need_mixed=True)
+    # the placements that harvest per-op profile noise the most, both ways: they pin down how much
+    # of the per-op contrast between devices is real (λ)
+    full = problem.time_with_copies()
+    t = np.where(problem.allowed, full, np.inf)
+    add("fastest-per-group", np.argmin(t, axis=1), need_mixed=True)
+    add("slowest-per-group", np.argmax(np.where(problem.allowed, full, -np.inf), axis=1), need_mixed=True)
+    ctx = PlaceContext(module=module, problem=problem)
+    for pen in penalties:
+        add(f"optimal:penalty={pen:g}", optimal(Optimal(boundary_penalty=pen, margin=0.0), ctx).group_device,
+            need_mixed=True)
+    # held out: a stream of its own, so the fitted set does not change with ``heldout``
+    hr = np.random.default_rng([seed, 1])
+    made = int(heldout > 0 and add("heft", heft(Heft(), ctx).group_device, held=True, need_mixed=True))
+    tries = 0
+    while made < heldout and tries < 100 * max(heldout, 1):
+        tries += 1
+        made += add(f"heldout:random:coarse:{tries}", coarse_random(hr), held=True, need_mixed=True)
+    return out
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _load() -> float:
+    try:
+        return float(os.getloadavg()[0])
+    except OSError:
+        return math.nan
+
+
+def precision_plan(resolution: float = 0.04, max_seconds: float = 240.0, min_rounds: int = 20,
+                   max_rounds: int = 5000):
+    """A :class:`~hdp.runtime.stats.SequentialPlan` that stops when every candidate's ratio to the
+    first (the reference) is known to ±``resolution / 2`` (its 95 % interval), or at the caps. A
+    calibration needs precise ratios, not verdicts: the default plan stops as soon as differences
+    are clear, which leaves a 30 % difference known only to ±10 %."""
+    from hdp.runtime import stats
+
+    class PrecisionPlan(stats.SequentialPlan, frozen=True):
+        def status(self, times, elapsed):
+            times = np.asarray(times, np.float64)
+            n, k = times.shape
+            if n >= self.max_rounds:
+                return stats.PlanStatus(True, f"round cap ({self.max_rounds} rounds)", 0)
+            if elapsed >= self.max_seconds:
+                return stats.PlanStatus(True, f"time cap ({self.max_seconds:g} s, {n} rounds)", 0)
+            if n < self.min_rounds:
+                return stats.PlanStatus(False, "", 0)
+            for j in range(1, k):
+                c = stats.compare(times[:, 0], times[:, j], level=self.level, margin=self.margin)
+                if not (c.low > 0 and math.sqrt(c.high / c.low) - 1 <= self.resolution / 2):
+                    return stats.PlanStatus(False, "", 0)
+            return stats.PlanStatus(True, f"ratios known to ±{self.resolution * 50:g} % ({n} rounds)", 0)
+
+    return PrecisionPlan(resolution=resolution, min_rounds=min_rounds, max_rounds=max_rounds, max_seconds=max_seconds)
+
+
+def measure_design(measurer, problem, sim, placements: Sequence[Design], *, model: str, costs: str, plan=None,
+                   batch: int = 3, say: Callable[[str], None] = lambda s: None) -> list[Observation]:
+    """Measure every placement but the first (the reference) head to head with the reference,
+    ``batch`` placements per interleaved comparison; failures are reported through ``say`` and
+    skipped."""
+    from hdp.runtime.measurement import placed
+
+    plan = plan or precision_plan()
+    ref = placements[0]
+    common = group_common(problem)
+    ref_f = placement_features(problem, sim, ref.group_device, common)
+    out: list[Observation] = []
+    rest = list(placements[1:])
+    for i in range(0, len(rest), batch):
+        chunk = rest[i:i + batch]
+        cands = [placed(problem.op_devices(ref.group_device), name="reference")]
+        cands += [placed(problem.op_devices(p.group_device), name=p.name) for p in chunk]
+        load0 = _load()
+        h = measurer.head_to_head(cands, plan)
+        load = float(np.nanmean([load0, _load()]))
+        if not h.measurements[0].ok:
+            say(f"reference failed: {h.measurements[0].error}")
+            continue
+        for j, p in enumerate(chunk, 1):
+            m = h.measurements[j]
+            if not m.ok:
+                say(f"{p.name}: {m.error}")
+                continue
+            cmp_ = h.compare(0, j)
+            lo, hi = (cmp_.low, cmp_.high) if math.isfinite(cmp_.high) and cmp_.low > 0 else (0.0, 0.0)
+            f = placement_features(problem, sim, p.group_device, common)
+            o = Observation(model=model, costs=costs, name=p.name, heldout=p.heldout,
+                            mixed=bool(np.unique(p.group_device).size > 1), features=f, reference=ref_f,
+                            hetero_subgraphs=int(m.submodels), ratio=float(cmp_.ratio), low=float(lo),
+                            high=float(hi), rounds=int(cmp_.rounds), median=float(m.median),
+                            ref_median=float(h.measurements[0].median), load=load,
+                            placement=tuple(int(x) for x in p.group_device))
+            out.append(o)
+            say(f"{p.name:<26} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
+                f"subgraphs {f.subgraphs} (HETERO {o.hetero_subgraphs}), {f.copies} copies, "
+                f"{f.copy_bytes / 1e6:.2f} MB; reference {o.ref_median * 1e3:.1f} ms, load {load:.1f}")
+    return out
+
+
+
+# --------------------------------------------------------------------------- one model
+
+
+def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int = 10, fit_random: int = 4,
+                     plan=None, batch: int = 3, timeout: float = 600.0,
+                     say: Callable[[str], None] = lambda s: None) -> list[Observation]:
+    """Measure the calibration design of one profiled module (it needs ``support`` and ``costs``;
+    ``coarse`` is used for random placements when present)."""
+    from hdp.placement.problem import build_problem
+    from hdp.runtime.measure import Measurer
+    from hdp.placement.simulate import Simulator
+
+    if module.costs is None:
+        raise InputError(f"{model}: calibrating needs the profile (costs) of the model")
+    real = [d for d in target.devices if d.kind == "real"]
+    if len(real) != len(target.devices):
+        raise InputError(f"target '{target.name}' has modeled devices; only real devices can be calibrated")
+    problem = build_problem(module, target.device_names)
+    sim = Simulator(problem)
+    pls = design(module, problem, seed=seed, heldout=heldout, fit_random=fit_random)
+    say(f"{model}: {problem.n_groups} tie groups; measuring {len(pls) - 1} placements against "
+        f"'{pls[0].name}' ({sum(p.heldout for p in pls)} held out)")
+    with Measurer(module, target, timeout=timeout, cache=False) as m:
+        return measure_design(m, problem, sim, pls, model=model, costs=costs_digest(module.costs), plan=plan,
+                              batch=batch, say=say)
