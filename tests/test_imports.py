@@ -1,4 +1,4 @@
-"""The ``hdp`` package has no import circle (issue 8).
+"""The ``hdp`` package has no import circle (issue 8), and its layers only point down (issue 17).
 
 Every ``import`` and ``from ... import`` in every module counts, at module level or inside a
 function (a circle hidden in a function is still a circle: the modules still depend on each other).
@@ -107,3 +107,106 @@ def describe_circles(g: nx.DiGraph) -> list[str]:
 def test_hdp_has_no_import_circle():
     circles = describe_circles(import_graph())
     assert not circles, "import circles: " + "; ".join(circles)
+
+
+# ----------------------------------------------------------------------------- layers (issue 17)
+
+#: hdp's layers, lowest first. A module may import modules of its own layer and of the layers below
+#: it, never above: an IR that knows the placement rules, a placement core that needs the runtime,
+#: a runtime that runs placers or passes, all made one cycle through six packages before.
+LAYERS = ("base", "ir", "placement", "runtime", "learn", "placers", "passes", "pipeline", "cli")
+#: The table of allowed directions, from the order above: layer -> the layers it may import.
+ALLOWED = {layer: set(LAYERS[:i + 1]) for i, layer in enumerate(LAYERS)}
+#: The layer of each top-level module (a subpackage's layer is its name). A new top-level module
+#: fails :func:`test_every_module_has_a_layer` until it is placed here.
+TOP_LEVEL = {
+    "hdp": "base", "errors": "base", "fsutil": "base", "cache": "base", "validation": "base", "jit": "base",
+    "glossary": "base", "zoo_common": "base",
+    "cli": "cli", "__main__": "cli", "cli_cache": "cli", "cli_calibrate": "cli", "cli_common": "cli",
+    "cli_runtime": "cli", "show": "cli", "warmup": "cli", "synth": "cli", "zoo": "cli", "zoo_keras": "cli",
+    "zoo_transformers": "cli",
+}
+
+
+#: Upward imports still waiting for their move, each with the change that removes it. The test fails
+#: when one is gone, so the entry goes with it.
+PENDING = {
+    ("hdp.placement.repair", "hdp.runtime"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
+    ("hdp.placement.repair", "hdp.runtime.simulate"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
+}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    return TOP_LEVEL.get(parts[1] if len(parts) > 1 else parts[0])
+
+
+def registry_targets(path: Path, known: set[str]) -> set[str]:
+    """Modules named by string in ``path`` as lazy registries name them (``"hdp.passes.coarsen:CoarsenPass"``,
+    ``importlib.import_module("hdp.zoo_keras")``): not imports, but a dependency all the same."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("hdp."):
+            mod = node.value.partition(":")[0]
+            if mod in known:
+                out.add(mod)
+    return out
+
+
+def upward_imports(g: nx.DiGraph) -> list[str]:
+    return [f"{u} ({layer_of(u)}) imports {v} ({layer_of(v)}), a layer above it"
+            for u, v in sorted(g.edges) if layer_of(v) not in ALLOWED[layer_of(u)]]
+
+
+def layered_graph() -> nx.DiGraph:
+    mods = modules()
+    g = import_graph()
+    for name, path in mods.items():
+        g.add_edges_from((name, t) for t in registry_targets(path, set(mods)) if t != name)
+    return g
+
+
+def test_every_module_has_a_layer():
+    assert not [m for m in modules() if layer_of(m) is None], "add these modules to TOP_LEVEL"
+
+
+def test_layers_only_point_down():
+    """Every import, at module level or inside a function, and every module a registry names by
+    string, goes to the importer's layer or one below (see :data:`LAYERS`)."""
+    g = layered_graph()
+    gone = [f"{u} -> {v} ({why})" for (u, v), why in PENDING.items() if not g.has_edge(u, v)]
+    assert not gone, "no longer imported: remove from PENDING: " + "; ".join(gone)
+    g.remove_edges_from(PENDING)
+    up = upward_imports(g)
+    assert not up, "upward imports:\n" + "\n".join(up)
+
+
+def test_an_upward_import_in_a_function_is_found(tmp_path):
+    """A planted ``ir`` module importing ``placement`` inside a function, and a ``runtime`` module
+    naming a placer in a registry string, are both reported; the downward import is not."""
+    ir_mod = tmp_path / "openvino_backend.py"
+    ir_mod.write_text("from hdp.ir.types import Module\n\ndef f():\n    from hdp.placement.structure import roles\n")
+    rt_mod = tmp_path / "calibrate.py"
+    rt_mod.write_text('PLACERS = {"heft": "hdp.placers.classical:heft"}\n')
+    known = set(modules())
+    g = nx.DiGraph()
+    g.add_edges_from(("hdp.ir.openvino_backend", t) for t in imports_of("hdp.ir.openvino_backend", ir_mod, known))
+    g.add_edges_from(("hdp.runtime.calibrate", t) for t in registry_targets(rt_mod, known))
+    up = upward_imports(g)
+    assert "hdp.ir.openvino_backend (ir) imports hdp.placement.structure (placement), a layer above it" in up
+    assert "hdp.runtime.calibrate (runtime) imports hdp.placers.classical (placers), a layer above it" in up
+    assert not any("hdp.ir.types" in x for x in up)
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """``from hdp.x import _name`` reaches into another module's internals (the one exception: the
+    ``_kernels`` modules, private to hdp but shared by design, DESIGN.md §3)."""
+    bad = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hdp"):
+                bad += [f"{name} imports {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_kernels"]
+    assert not bad, "; ".join(bad)
