@@ -72,7 +72,26 @@ class Lower:
         return lower(self.model, self.request)
 
 
-class Check:
+class _AfterPlacement:
+    """A stage over the final placement that adds nothing to the Module and is never cached
+    (it runs every time: a check of the devices as they are now, a file written)."""
+
+    name = ""
+
+    def needs(self) -> tuple[str, ...]:
+        return ("placement",)
+
+    def gives(self) -> tuple[str, ...]:
+        return ()
+
+    def cache_key(self) -> None:
+        return None
+
+    def accepts(self, before, after) -> bool:
+        return False
+
+
+class Check(_AfterPlacement):
     """Check the placement before it is written; repair it or fall back to one device (see the
     module docstring). ``passes`` is the pipeline's; ``verified`` holds what the check did, and
     ``checker`` stays open for :class:`Raise` to check the written file (:meth:`close` it)."""
@@ -86,18 +105,6 @@ class Check:
         self.timeout = timeout
         self.checker = None
         self.verified = None
-
-    def needs(self) -> tuple[str, ...]:
-        return ("placement",)
-
-    def gives(self) -> tuple[str, ...]:
-        return ()
-
-    def cache_key(self) -> None:
-        return None
-
-    def accepts(self, before, after) -> bool:
-        return False
 
     def run(self, module: Module) -> Module:
         from hdp.runtime.verify import PlacementChecker, verify_and_repair
@@ -124,7 +131,7 @@ class Check:
             self.checker = None
 
 
-class Raise:
+class Raise(_AfterPlacement):
     """Write the placed model to ``output`` (.xml and .bin); with ``check`` (a :class:`Check`
     that ran), the file as written is checked before it is committed."""
 
@@ -134,18 +141,6 @@ class Raise:
         self.output = Path(output)
         self.target = target
         self.check = check
-
-    def needs(self) -> tuple[str, ...]:
-        return ("placement",)
-
-    def gives(self) -> tuple[str, ...]:
-        return ()
-
-    def cache_key(self) -> None:
-        return None
-
-    def accepts(self, before, after) -> bool:
-        return False
 
     def run(self, module: Module) -> Module:
         from hdp.runtime.placed import write_placed
