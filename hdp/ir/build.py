@@ -1,4 +1,6 @@
-"""Constructing Graphs from edge lists (used by the frontend, tests and synthetic benchmarks)."""
+"""Graphs from edge lists (the frontend, tests and synthetic benchmarks), and the two graph helpers
+every layer shares: :func:`csr` (edges grouped by one end) and :func:`topological_order` (Kahn's
+algorithm with a deterministic tie-break)."""
 
 from __future__ import annotations
 
@@ -40,8 +42,7 @@ def graph_from_edges(
         raise ValueError(f"edge {src[i]}->{dst[i]} is not forward in topological order")
     order = np.lexsort((dp, dst, src))
     src, dst, eb, sp, dp = src[order], dst[order], eb[order], sp[order], dp[order]
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    indptr = csr(n, src)[0]
     return Graph(
         ops=tuple(ops),
         indptr=Array.of(indptr),
@@ -62,42 +63,47 @@ def edge_sources(graph: Graph) -> np.ndarray:
     return np.repeat(np.arange(graph.n_ops, dtype=np.int32), np.diff(indptr))
 
 
+def csr(n: int, rows, *values) -> tuple[np.ndarray, ...]:
+    """Compressed rows: ``(ptr, *[v[order] for v in values])`` where ``order`` sorts ``rows``
+    (stably, so entries keep their order within a row) and row ``r`` holds entries
+    ``ptr[r]:ptr[r + 1]``. ``csr(n, src, dst)`` gives successors; ``csr(n, dst, src)``
+    predecessors."""
+    rows = np.asarray(rows, np.int64).reshape(-1)
+    order = np.argsort(rows, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return (ptr, *(np.asarray(v)[order] for v in values))
+
+
 def predecessors_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """CSR over predecessors: (indptr, producer ids), derived from the successor CSR."""
-    n = graph.n_ops
-    src = edge_sources(graph)
-    dst = graph.indices.numpy()
-    order = np.argsort(dst, kind="stable")
-    pindptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=pindptr[1:])
-    return pindptr, src[order]
+    return csr(graph.n_ops, graph.indices.numpy(), edge_sources(graph))
 
 
-def topological_order(n: int, src, dst) -> np.ndarray:
-    """Kahn's algorithm, ties broken by original index (stable, deterministic).
+def topological_order(n: int, src, dst, key=None) -> np.ndarray:
+    """Kahn's algorithm; among the nodes ready at once, the smallest ``key`` first (default: the
+    node's index), then the smallest index: stable and deterministic.
 
     Raises ValueError on a cycle.
     """
     import heapq
 
-    src = np.asarray(src, np.int64)
-    dst = np.asarray(dst, np.int64)
+    src = np.asarray(src, np.int64).reshape(-1)
+    dst = np.asarray(dst, np.int64).reshape(-1)
     indeg = np.bincount(dst, minlength=n).astype(np.int64)
-    order_e = np.argsort(src, kind="stable")
-    s_sorted, d_sorted = src[order_e], dst[order_e]
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(s_sorted, minlength=n), out=ptr[1:])
-    heap = [i for i in range(n) if indeg[i] == 0]
+    ptr, succ = csr(n, src, dst)
+    keys = np.arange(n) if key is None else np.asarray(key)
+    heap = [(int(keys[i]), i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
     out = []
     while heap:
-        u = heapq.heappop(heap)
+        _, u = heapq.heappop(heap)
         out.append(u)
-        for k in range(ptr[u], ptr[u + 1]):
-            v = int(d_sorted[k])
+        for v in succ[ptr[u]:ptr[u + 1]]:
+            v = int(v)
             indeg[v] -= 1
             if indeg[v] == 0:
-                heapq.heappush(heap, v)
+                heapq.heappush(heap, (int(keys[v]), v))
     if len(out) != n:
         raise ValueError("graph has a cycle")
     return np.asarray(out, np.int64)

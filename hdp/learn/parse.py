@@ -29,15 +29,6 @@ def dominant_edges(n: int, edges: np.ndarray, score: np.ndarray) -> np.ndarray:
     return np.unique(eid[order][first])
 
 
-def _find(parent: np.ndarray, a: int) -> int:
-    root = a
-    while parent[root] != root:
-        root = parent[root]
-    while parent[a] != root:
-        parent[a], a = root, parent[a]
-    return root
-
-
 def merge(n: int, edges: np.ndarray, candidates: np.ndarray, score: np.ndarray, size: np.ndarray,
           min_groups: int = 1, max_size: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
     """Union the ``candidates`` edges (ids into ``edges``) under the size and count guards.
@@ -45,8 +36,10 @@ def merge(n: int, edges: np.ndarray, candidates: np.ndarray, score: np.ndarray, 
     Returns ``(assign, accepted)``: the group of every node (ids dense, numbered by first node) and
     the ids of the edges actually merged along.
     """
-    parent = np.arange(n)
-    gsize = np.asarray(size, np.float64).copy()
+    from scipy.cluster.hierarchy import DisjointSet
+
+    uf = DisjointSet(range(n))
+    gsize = np.asarray(size, np.float64).copy()  # a group's member ops, at its root
     groups = n
     cand = np.asarray(candidates, np.int64)
     order = cand[np.lexsort((cand, -score[cand]))] if cand.size else cand
@@ -54,17 +47,18 @@ def merge(n: int, edges: np.ndarray, candidates: np.ndarray, score: np.ndarray, 
     for e in order:
         if groups <= min_groups:
             break
-        a, b = _find(parent, int(edges[0, e])), _find(parent, int(edges[1, e]))
+        a, b = uf[int(edges[0, e])], uf[int(edges[1, e])]
         if a == b:
             accepted.append(e)  # already together: the edge lies inside the group
             continue
-        if gsize[a] + gsize[b] > max_size:
+        total = gsize[a] + gsize[b]
+        if total > max_size:
             continue
-        parent[b] = a
-        gsize[a] += gsize[b]
+        uf.merge(a, b)
+        gsize[uf[a]] = total
         groups -= 1
         accepted.append(e)
-    roots = np.array([_find(parent, i) for i in range(n)], np.int64)
+    roots = np.array([uf[i] for i in range(n)], np.int64)
     _, first, assign = np.unique(roots, return_index=True, return_inverse=True)
     # renumber so group ids follow their first node (deterministic, independent of union order)
     rank = np.empty(first.shape[0], np.int64)
@@ -82,8 +76,3 @@ def quotient(edges: np.ndarray, weight: np.ndarray, assign: np.ndarray) -> tuple
         return np.zeros((2, 0), np.int64), np.zeros(0)
     q, inv = np.unique(np.stack([np.minimum(a, b)[keep], np.maximum(a, b)[keep]]), axis=1, return_inverse=True)
     return q, np.bincount(inv.reshape(-1), weights=weight[keep], minlength=q.shape[1])
-
-
-def quotient_edges(edges: np.ndarray, assign: np.ndarray) -> np.ndarray:
-    """The undirected, unique, ``u < v`` edges between groups."""
-    return quotient(edges, np.zeros(edges.shape[1]), assign)[0]

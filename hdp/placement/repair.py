@@ -54,22 +54,17 @@ def ddmin(items: list[int], fails: Callable[[list[int]], bool], deadline: float 
 def islands(problem: PlacementProblem, groups: list[int]) -> list[list[int]]:
     """``groups`` split into the connected pieces they form in the group graph."""
     st = problem.structure
+    from scipy.cluster.hierarchy import DisjointSet
+
     inside = set(groups)
-    parent = {g: g for g in groups}
-
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
+    uf = DisjointSet(groups)
     for u in groups:
         for v in st.g_idx[st.g_ptr[u]:st.g_ptr[u + 1]]:
             if int(v) in inside:
-                parent[find(int(v))] = find(u)
+                uf.merge(u, int(v))
     out: dict[int, list[int]] = {}
     for g in groups:
-        out.setdefault(find(g), []).append(g)
+        out.setdefault(uf[g], []).append(g)
     return list(out.values())
 
 

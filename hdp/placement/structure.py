@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.build import edge_sources, predecessors_csr
+from hdp.ir.build import csr, edge_sources, predecessors_csr, topological_order
 from hdp.ir.types import Graph
 
 PLACED, CONE, REPLICATED = 0, 1, 2
@@ -145,27 +145,14 @@ def _ro(*arrays):
         a.setflags(write=False)
 
 
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = np.arange(n, dtype=np.int64)
-
-    def find(self, a: int) -> int:
-        p = self.parent
-        root = a
-        while p[root] != root:
-            root = p[root]
-        while p[a] != root:
-            p[a], a = root, p[a]
-        return root
-
-    def union(self, a: int, b: int) -> bool:
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return False
-        if ra > rb:
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        return True
+def _min_roots(uf, n: int) -> np.ndarray:
+    """Each element's set named by its smallest member (a scipy ``DisjointSet`` names a set by an
+    arbitrary member; group ids here follow the smallest op, as they always have)."""
+    roots = np.empty(n, np.int64)
+    for members in uf.subsets():
+        idx = np.fromiter(members, np.int64, len(members))
+        roots[idx] = idx.min()
+    return roots
 
 
 def roles(graph: Graph) -> np.ndarray:
@@ -243,30 +230,32 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
     e_src = np.asarray(e_src, np.int64)
     e_dst = np.asarray(e_dst, np.int64)
 
-    uf = _UnionFind(n)
+    from scipy.cluster.hierarchy import DisjointSet
+
+    uf = DisjointSet(range(n))
     # Results with their producer (a Result has one input)
     res_mask = np.array([t == "Result" for t in types], bool)
     for e in np.nonzero(res_mask[dst])[0]:
         p = int(src[e])
         if role[p] == PLACED:
-            uf.union(p, int(dst[e]))
+            uf.merge(p, int(dst[e]))
     pairs = list(graph.ties.numpy()) if graph.ties is not None else []
     for a, b in pairs + [tuple(t) for t in extra_ties]:
         if not (0 <= a < n and 0 <= b < n):
             raise InputError(f"tie ({a}, {b}) names an op outside the graph's {n} ops")
         if placed[a] and placed[b]:
-            uf.union(int(a), int(b))
+            uf.merge(int(a), int(b))
     for r in np.nonzero(placed)[0]:
         if types[r] == "ReadValue":
             for a in _attention_reading(graph, int(r), types):
                 if placed[a]:
-                    uf.union(int(r), a)
+                    uf.merge(int(r), a)
     fragile = graph.fragile.numpy() if graph.fragile is not None else np.zeros(n, bool)
     for i in np.nonzero(placed & fragile)[0]:  # a fragile op that could not be replicated
         if types[i] in ANCHORED:
             continue
         for c in consumers_of(int(i)):
-            uf.union(int(i), c)
+            uf.merge(int(i), c)
     params = [int(i) for i in np.nonzero(placed)[0] if types[i] == "Parameter" and first_placed[i] >= 0]
     if params:
         # A Parameter joins the group of its shallowest reader: no other reader is then upstream
@@ -276,7 +265,7 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
         depth = _group_depth(n, placed, root, e_src, e_dst)
         for i in params:
             readers = [c for c in consumers_of(i) if types[c] != "Result"]
-            uf.union(i, min(readers, key=lambda c: (depth[root[c]], c)) if readers else int(first_placed[i]))
+            uf.merge(i, min(readers, key=lambda c: (depth[root[c]], c)) if readers else int(first_placed[i]))
 
     group_of = _close_groups(n, placed, uf, e_src, e_dst)
     h_src, h_dst = hetero_edges(graph, role)
@@ -355,7 +344,7 @@ def _close_groups(n, placed, uf, e_src, e_dst) -> np.ndarray:
 
     pl = np.nonzero(placed)[0]
     while True:
-        roots = np.array([uf.find(int(i)) for i in range(n)], np.int64)
+        roots = _min_roots(uf, n)
         # convex closure of multi-member groups
         changed = False
         members: dict[int, list[int]] = {}
@@ -363,14 +352,14 @@ def _close_groups(n, placed, uf, e_src, e_dst) -> np.ndarray:
             members.setdefault(int(roots[i]), []).append(int(i))
         multi = {r: m for r, m in members.items() if len(m) > 1}
         if multi:
-            sptr, sidx = _csr(n, e_src, e_dst)
-            pptr, pidx = _csr(n, e_dst, e_src)
+            sptr, sidx = csr(n, e_src, e_dst)
+            pptr, pidx = csr(n, e_dst, e_src)
             for r, m in multi.items():
                 lo, hi = min(m), max(m)
                 down = _reach(sptr, sidx, m, lambda v: v <= hi)
                 up = _reach(pptr, pidx, m, lambda v: v >= lo)
                 for v in down & up:
-                    if uf.union(r, v):
+                    if uf.merge(r, v):
                         changed = True
         if changed:
             continue
@@ -392,10 +381,10 @@ def _close_groups(n, placed, uf, e_src, e_dst) -> np.ndarray:
         for j, c in enumerate(comp):
             r = int(uniq[j])
             if c in first:
-                uf.union(first[c], r)
+                uf.merge(first[c], r)
             else:
                 first[c] = r
-    roots = np.array([uf.find(int(i)) for i in range(n)], np.int64)
+    roots = _min_roots(uf, n)
     out = np.where(placed, roots, -1)
     return out
 
@@ -413,7 +402,7 @@ def _group_depth(n, placed, group_of, e_src, e_dst) -> np.ndarray:
     idx[roots] = np.arange(roots.shape[0])
     k = roots.shape[0]
     order = _toposort(k, idx[pairs[:, 0]], idx[pairs[:, 1]], first[roots])
-    ptr, nxt = _csr(k, idx[pairs[:, 0]], idx[pairs[:, 1]])
+    ptr, nxt = csr(k, idx[pairs[:, 0]], idx[pairs[:, 1]])
     d = np.zeros(k, np.int64)
     for u in order:
         for v in nxt[ptr[u]:ptr[u + 1]]:
@@ -421,13 +410,6 @@ def _group_depth(n, placed, group_of, e_src, e_dst) -> np.ndarray:
     out = np.zeros(n, np.int64)
     out[roots] = d
     return out
-
-
-def _csr(n, a, b):
-    order = np.argsort(a, kind="stable")
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(a, minlength=n), out=ptr[1:])
-    return ptr, b[order]
 
 
 def _reach(ptr, idx, start, ok) -> set[int]:
@@ -462,14 +444,14 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
     group_of = np.full(n, -1, np.int32)
     group_of[pl] = rank[tmp[pl]]
     gp = np.unique(rank[pairs], axis=0).reshape(-1, 2) if pairs.size else pairs
-    g_ptr, g_idx = _csr(k, gp[:, 0], gp[:, 1]) if k else (np.zeros(1, np.int64), np.zeros(0, np.int64))
+    g_ptr, g_idx = csr(k, gp[:, 0], gp[:, 1]) if k else (np.zeros(1, np.int64), np.zeros(0, np.int64))
 
-    m_ptr, m_ops = _csr(k, group_of[pl].astype(np.int64), pl.astype(np.int64))
+    m_ptr, m_ops = csr(k, group_of[pl].astype(np.int64), pl.astype(np.int64))
 
     # replicated copies per group
     r_pairs = [(int(group_of[c]), f) for f, r in reach.items() for c in r]
     r_pairs = np.unique(np.asarray(r_pairs, np.int64).reshape(-1, 2), axis=0)
-    r_ptr, r_ops = _csr(k, r_pairs[:, 0], r_pairs[:, 1])
+    r_ptr, r_ops = csr(k, r_pairs[:, 0], r_pairs[:, 1])
 
     # anchor: own group, or the group of the first placed consumer
     anchor = group_of.astype(np.int32).copy()
@@ -525,21 +507,8 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
 
 
 def _toposort(k, a, b, key) -> np.ndarray:
-    import heapq
-
-    indeg = np.bincount(b, minlength=k).astype(np.int64)
-    ptr, idx = _csr(k, a, b)
-    heap = [(int(key[i]), i) for i in range(k) if indeg[i] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        out.append(u)
-        for v in idx[ptr[u]:ptr[u + 1]]:
-            v = int(v)
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(heap, (int(key[v]), v))
-    if len(out) != k:
-        raise AssertionError("the contracted group graph has a cycle after closing the groups")
-    return np.asarray(out, np.int64)
+    """Topological order of the graph over groups (ties by ``key``); it is acyclic by construction."""
+    try:
+        return topological_order(k, a, b, key=key)
+    except ValueError:
+        raise AssertionError("the contracted group graph has a cycle after closing the groups") from None

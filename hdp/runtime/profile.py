@@ -80,7 +80,7 @@ import warnings
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.build import edge_sources, predecessors_csr
+from hdp.ir.build import csr, edge_sources, predecessors_csr
 from hdp.ir.types import Array, Costs, Graph, Module
 from hdp.runtime.target import PRECISION_BYTES, Device, Target
 
@@ -161,12 +161,8 @@ def roofline(graph: Graph, device: Device) -> np.ndarray:
     return t
 
 
-def node_seconds(node: dict, warmup: int, runs: int) -> float:
-    """Mean seconds per timed run of one runtime node from its two counter readings."""
-    return float(_node_seconds([node], warmup, runs)[0])
-
-
-def _node_seconds(nodes: list[dict], warmup: int, runs: int) -> np.ndarray:
+def node_seconds(nodes: list[dict], warmup: int, runs: int) -> np.ndarray:
+    """Mean seconds per timed run of each runtime node, from its two counter readings."""
     k = len(nodes)
     a, r = max(int(warmup), 0), int(runs)
     warm = np.fromiter((nd["avg_warm"] for nd in nodes), np.float64, k)
@@ -201,7 +197,7 @@ def attribute(graph: Graph, nodes: list[dict], warmup: int, runs: int) -> tuple[
     """Per-op seconds from the runtime graph ``nodes`` of one profiled compile (see
     :mod:`hdp.runtime.worker`; a node's ``ops`` are the positions of the ops it implements) after
     ``warmup`` + ``runs`` inferences; returns (times, seconds attributed to no op)."""
-    times, lost = attribute_seconds(graph, nodes, _node_seconds(nodes, warmup, runs)) if nodes else \
+    times, lost = attribute_seconds(graph, nodes, node_seconds(nodes, warmup, runs)) if nodes else \
         (np.zeros(graph.n_ops), 0.0)
     return times, float(lost)
 
@@ -238,9 +234,7 @@ def attribute_seconds(graph: Graph, nodes: list[dict], secs: np.ndarray) -> tupl
         pred = np.fromiter(itertools.chain.from_iterable(nd["preds"] for nd in nodes), np.int64, int(pcount.sum()))
         pptr = np.concatenate(([0], np.cumsum(pcount)))
         dst = np.repeat(np.arange(k, dtype=np.int64), pcount)
-        order = np.argsort(pred, kind="stable")  # successors of each node, in node order
-        sptr = np.concatenate(([0], np.cumsum(np.bincount(pred, minlength=k))))
-        succ = dst[order]
+        sptr, succ = csr(k, pred, dst)  # successors of each node, in node order
         for j in homeless:
             m = _nearest(int(j), sptr, succ, named)
             if m < 0:
