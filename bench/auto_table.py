@@ -81,7 +81,7 @@ def verdicts(auto_ir: str, opt_ir: str, max_seconds: float) -> dict:
     from hdp.ir.serde import load as load_module
     from hdp.runtime import stats
     from hdp.runtime.measure import Measurer
-    from hdp.runtime.measurement import placed, plain
+    from hdp.runtime.measurement import placed, unplaced
     from hdp.runtime.target import load_target
 
     ma, mo = load_module(auto_ir), load_module(opt_ir)
@@ -98,7 +98,7 @@ def verdicts(auto_ir: str, opt_ir: str, max_seconds: float) -> dict:
     # graph differ by a few per cent from instance to instance, which is not a placement's doing
     identical = {name for name, d, devs in specs[1:] if tuple(devs) == tuple(devices) and np.array_equal(d, da)}
     cands = [placed(d, devs, name) for name, d, devs in specs if name not in identical]
-    cands += [plain("CPU"), plain("CPU_B")]
+    cands += [unplaced("CPU"), unplaced("CPU_B")]
     with Measurer(ma, tgt, cache=False) as m:
         h = m.head_to_head(cands, stats.SequentialPlan(max_seconds=max_seconds))
     ok = {h.names[i] for i in range(len(cands)) if h.measurements[i].ok}

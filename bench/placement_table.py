@@ -193,13 +193,13 @@ def main(argv=None) -> int:
         meas, plain_meas, h = {}, {}, None
         if measure:
             from hdp.runtime.measure import Measurer
-            from hdp.runtime.measurement import placed, plain
+            from hdp.runtime.measurement import placed, unplaced
 
             uniq: dict[bytes, np.ndarray] = {}
             for _, _, gd, _ in rows:
                 uniq.setdefault(gd.astype(np.int16).tobytes(), gd)
             keys = list(uniq)
-            cands = [plain(d) for d in devs] + [placed(p.op_devices(uniq[k]), name=f"p{i}") for i, k in enumerate(keys)]
+            cands = [unplaced(d) for d in devs] + [placed(p.op_devices(uniq[k]), name=f"p{i}") for i, k in enumerate(keys)]
             plan = stats.SequentialPlan(resolution=0.03, min_rounds=10, max_rounds=2000, max_seconds=args.max_seconds)
             l0 = load()
             with Measurer(m, target, cache=False, timeout=900) as ms:

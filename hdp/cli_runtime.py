@@ -197,7 +197,7 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
         if not plain or "not a placed model" not in str(e):
             raise
         with Measurer(placed, tgt or _load_target(None, None), **kw) as m:
-            res = {"plain": m.plain(plain)}
+            res = {"plain": m.measure_unplaced(plain)}
     comparison = res.pop("comparison", None)
     cached = any(m.cached for m in res.values())
     if as_json:
@@ -237,8 +237,7 @@ def _evaluate_concurrent(xml: str, tgt, *, runs, warmup, timeout, resolution, ma
     import msgspec
 
     from hdp.runtime.measure import Measurer, placed_device_of
-    from hdp.runtime.measurement import MeasureError, placed_file
-    from hdp.runtime.measurement import plain as plain_candidate
+    from hdp.runtime.measurement import MeasureError, placed_file, unplaced
     from hdp.runtime.stats import SequentialPlan
     from hdp.runtime.verify import check_placed_file
 
@@ -248,7 +247,7 @@ def _evaluate_concurrent(xml: str, tgt, *, runs, warmup, timeout, resolution, ma
     if not checked.passed:
         raise MeasureError(f"{xml}: the placed model {checked.describe()}")
     conc = placed_file(xml, "concurrent", tgt, execution="concurrent")
-    run = [conc, placed_file(xml, "HETERO", tgt)] + [plain_candidate(d, f"single {d}") for d in conc.used]
+    run = [conc, placed_file(xml, "HETERO", tgt)] + [unplaced(d, f"single {d}") for d in conc.used]
     plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
                           max_seconds=max_seconds)
     with Measurer(xml, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=False) as m:
@@ -355,8 +354,7 @@ def _evaluate_several(files: list[str], tgt, *, runs, warmup, timeout, plain, re
 
     from hdp.errors import InputError
     from hdp.runtime.measure import Measurer, placed_device_of
-    from hdp.runtime.measurement import MeasureError, placed_file
-    from hdp.runtime.measurement import plain as plain_candidate
+    from hdp.runtime.measurement import MeasureError, placed_file, unplaced
     from hdp.runtime.placed import read_placed
     from hdp.runtime.stats import SequentialPlan
     from hdp.runtime.verify import check_placed_file
@@ -402,7 +400,7 @@ def _evaluate_several(files: list[str], tgt, *, runs, warmup, timeout, plain, re
             distinct.append(i)
         else:
             same_as[i] = j
-    run = [cands[i] for i in distinct] + ([plain_candidate(plain)] if plain else [])
+    run = [cands[i] for i in distinct] + ([unplaced(plain)] if plain else [])
     plan = SequentialPlan(resolution=resolution / 100, min_rounds=max(runs, 6), max_rounds=max(runs, 1000),
                           max_seconds=max_seconds, all_pairs=True)
     head = None

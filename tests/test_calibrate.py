@@ -20,7 +20,7 @@ from hdp.runtime.target import load_target
 from placement_helpers import make_module, per_group, problem, random_module
 
 
-def _obs(f: C.Features, ref: C.Features, ratio: float, *, costs="t0", heldout=False, se=0.02, name="x") -> C.Observation:
+def _obs(f: C.PlacementFeatures, ref: C.PlacementFeatures, ratio: float, *, costs="t0", heldout=False, se=0.02, name="x") -> C.Observation:
     half = 1.96 * se
     return C.Observation(model=costs, costs=costs, name=name, heldout=heldout,
                          mixed=sum(x > 0 for x in f.compute) > 1, features=f, reference=ref, hetero_subgraphs=0,
@@ -56,7 +56,7 @@ def _synthetic(rng, truth: C.BoundaryModel, scales: dict, n_per_table=30, noise=
 
         def feats(common, nsub=1, ncopy=0, nbytes=0.0):
             compute = tuple(x * (1 + rng.uniform(-0.08, 0.08)) if x else 0.0 for x in common)
-            return C.Features(compute=compute, common=tuple(common), subgraphs=nsub, copies=ncopy, copy_bytes=nbytes)
+            return C.PlacementFeatures(compute=compute, common=tuple(common), subgraphs=nsub, copies=ncopy, copy_bytes=nbytes)
 
         ref = feats((c_ref, 0.0))
         rows = [feats((0.0, c_ref))]

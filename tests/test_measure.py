@@ -14,7 +14,7 @@ from hdp.ir.types import Array, Placement
 from hdp.runtime import protocol as P
 from hdp.runtime.measure import Measurer, measure_plain
 from hdp.runtime.measure_cache import MeasureCache, cache_scope, measure_cache_dir
-from hdp.runtime.measurement import Candidate, MeasureError, Measurement, placed, plain
+from hdp.runtime.measurement import Candidate, MeasureError, Measurement, placed, unplaced
 from hdp.runtime.placed import write_placed
 from hdp.runtime.protocol import FAULT_ENV
 from hdp.runtime.report import compare_with_plain, plain_from_heads, plain_report
@@ -80,7 +80,7 @@ def test_measure_split_and_plain_reuse_one_worker(tiny, virtual, tmp_path):
         a = m.measure(_split(tiny))
         pid = m._worker.proc.pid
         b = m.measure(np.zeros(tiny.graph.n_ops, np.int16))
-        p = m.plain("CPU_B")
+        p = m.measure_unplaced("CPU_B")
         assert m._worker.proc.pid == pid  # one process served every request
         lat = m.latency(["CPU_B"] * tiny.graph.n_ops)
     again = measure_plain(tiny, virtual, "CPU_B", runs=RUNS, warmup=1, cache=tmp_path)
@@ -138,7 +138,7 @@ def test_compile_error_keeps_the_worker(tiny, virtual, monkeypatch):
         monkeypatch.setenv(FAULT_ENV, "raise")
         m.loaded()  # the worker starts with the fault armed
         pid = m._worker.proc.pid
-        bad = m.plain("CPU")
+        bad = m.measure_unplaced("CPU")
         assert not bad.ok and "injected fault" in bad.error
         with pytest.raises(MeasureError, match="injected fault"):
             m.latency(_split(tiny))
@@ -232,7 +232,7 @@ def test_head_to_head_interleaves_in_one_worker(tiny, virtual):
     with Measurer(tiny, virtual, warmup=1, cache=False) as m:
         m.loaded()
         pid = m._worker.proc.pid
-        h = m.head_to_head([plain("CPU"), plain("CPU_B"), placed(_split(tiny), name="split"),
+        h = m.head_to_head([unplaced("CPU"), unplaced("CPU_B"), placed(_split(tiny), name="split"),
                             placed(["CPU"] * n, name="all on CPU")], QUICK)
         assert m._worker.proc.pid == pid and not m._worker.alive is False
         gone = m._worker.call(P.Rounds(handles=[0], orders=[[0]]), 10)
@@ -252,10 +252,10 @@ def test_head_to_head_interleaves_in_one_worker(tiny, virtual):
 
 def test_compare_and_best_of(tiny, virtual, tmp_path):
     n = tiny.graph.n_ops
-    cands = [plain("CPU"), plain("CPU_B"), placed(_split(tiny), name="split"),
+    cands = [unplaced("CPU"), unplaced("CPU_B"), placed(_split(tiny), name="split"),
              placed(["CPU_B"] * n, name="all on CPU_B")]
     with Measurer(tiny, virtual, runs=RUNS, warmup=1, cache=tmp_path) as m:
-        c = m.compare(plain("CPU"), plain("CPU_B"), QUICK)
+        c = m.compare(unplaced("CPU"), unplaced("CPU_B"), QUICK)
         assert c.a == "plain CPU" and c.b == "plain CPU_B" and c.rounds >= 6
         best = m.best_of(cands, preference=[1, 0], top=1, plan=QUICK)  # screens, then 2 finalists
         given = m.best_of(cands, preference=[1], top=1, plan=QUICK, estimates=[3.0, 9.0, 1.0, 9.0])
@@ -271,12 +271,12 @@ def test_head_to_head_failures_and_mistakes(tiny, virtual, monkeypatch):
         with pytest.raises(InputError, match="not both or neither"):
             m.head_to_head([Candidate(name="x")])
         with pytest.raises(InputError, match="names must differ"):
-            m.head_to_head([plain("CPU"), plain("CPU")])
+            m.head_to_head([unplaced("CPU"), unplaced("CPU")])
         with pytest.raises(InputError, match="has no device 'GPU'"):
-            m.head_to_head([plain("GPU")])
+            m.head_to_head([unplaced("GPU")])
         monkeypatch.setenv(FAULT_ENV, "raise")
         m.close()
-        h = m.head_to_head([plain("CPU"), placed(_split(tiny))], QUICK)
+        h = m.head_to_head([unplaced("CPU"), placed(_split(tiny))], QUICK)
         assert h.ok == [] and all("injected fault" in x.error for x in h.measurements)
         with pytest.raises(MeasureError, match="injected fault"):
             h.compare(0, 1)
@@ -284,11 +284,11 @@ def test_head_to_head_failures_and_mistakes(tiny, virtual, monkeypatch):
             h.select()
         monkeypatch.setenv(FAULT_ENV, "crash")
         m.close()
-        h = m.head_to_head([plain("CPU"), plain("CPU_B")], QUICK)
+        h = m.head_to_head([unplaced("CPU"), unplaced("CPU_B")], QUICK)
         assert h.ok == [] and all("SIGSEGV" in x.error for x in h.measurements)
         monkeypatch.delenv(FAULT_ENV)
         m.close()
-        h = m.head_to_head([plain("CPU"), plain("CPU_B")], QUICK)  # a fresh worker takes over
+        h = m.head_to_head([unplaced("CPU"), unplaced("CPU_B")], QUICK)  # a fresh worker takes over
         assert h.ok == [0, 1]
 
 
@@ -434,7 +434,7 @@ def test_cache_scope_decides_where_measurements_go(tiny, virtual, tmp_path, monk
         assert measure_cache_dir() == tmp_path / "mine" / "measure"
         with Measurer(tiny, virtual, runs=1, warmup=0) as m:
             assert m.cache.dir == tmp_path / "mine" / "measure"
-            m.plain("CPU")
+            m.measure_unplaced("CPU")
         with cache_scope(enabled=False):
             assert measure_cache_dir() is None and Measurer(tiny, virtual).cache is None
     assert len(list((tmp_path / "mine").rglob("*.json"))) == 1

@@ -746,7 +746,7 @@ def _check_xml_text(xml: Path, expat) -> None:
 # --------------------------------------------------------------------------- op identity
 
 
-class Structure(msgspec.Struct, frozen=True):
+class OpStructure(msgspec.Struct, frozen=True):
     """The shape of a DAG independent of names: per op its type and input count, per input (in
     op order, then port order) the producing op's position and output port."""
 
@@ -759,8 +759,8 @@ class Structure(msgspec.Struct, frozen=True):
         return hashlib.blake2b(msgspec.msgpack.encode(self), digest_size=16).hexdigest()
 
 
-def op_structure(ov_ops) -> Structure:
-    """The :class:`Structure` of OpenVINO ops in ``get_ordered_ops()`` order."""
+def op_structure(ov_ops) -> OpStructure:
+    """The :class:`OpStructure` of OpenVINO ops in ``get_ordered_ops()`` order."""
     pos = {op: i for i, op in enumerate(ov_ops)}  # ov Nodes hash and compare by identity
     types, n_in, src, port = [], [], [], []
     for op in ov_ops:
@@ -771,18 +771,18 @@ def op_structure(ov_ops) -> Structure:
             so = inp.get_source_output()
             src.append(pos.get(so.get_node(), -1))
             port.append(so.get_index())
-    return Structure(tuple(types), tuple(n_in), tuple(src), tuple(port))
+    return OpStructure(tuple(types), tuple(n_in), tuple(src), tuple(port))
 
 
-def graph_structure(graph: Graph) -> Structure:
-    """The :class:`Structure` of a lowered graph (equal to its source model's)."""
+def graph_structure(graph: Graph) -> OpStructure:
+    """The :class:`OpStructure` of a lowered graph (equal to its source model's)."""
     n = graph.n_ops
     indptr = graph.indptr.numpy()
     srcs = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     dst = graph.indices.numpy().astype(np.int64)
     dp = graph.dst_port.numpy()
     order = np.lexsort((dp, dst))
-    return Structure(tuple(op.type for op in graph.ops), tuple(int(c) for c in np.bincount(dst, minlength=n)),
+    return OpStructure(tuple(op.type for op in graph.ops), tuple(int(c) for c in np.bincount(dst, minlength=n)),
                      tuple(int(s) for s in srcs[order]), tuple(int(p) for p in graph.src_port.numpy()[order]))
 
 
@@ -798,7 +798,7 @@ def check_structure(ov_ops, graph: Graph, xml) -> None:
     raise StaleInput(f"{xml}: model.xml changed since it was lowered ({what}); lower it again")
 
 
-def _first_difference(a: Structure, b: Structure) -> int:
+def _first_difference(a: OpStructure, b: OpStructure) -> int:
     ia = ib = 0
     for k in range(min(len(a.types), len(b.types))):
         na, nb = a.n_inputs[k], b.n_inputs[k]

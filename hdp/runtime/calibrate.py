@@ -108,7 +108,7 @@ class ModelScale(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     contrast: float = 1.0  # λ: the real share of per-op differences between devices
 
 
-class Features(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+class PlacementFeatures(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """What the model needs of one placement: profiled compute per device (``compute``: Σ t_op,d
     over the ops placed on d; ``common``: Σ m_op over the same ops), HETERO subgraphs (as the
     simulator counts them), tensor copies and their bytes."""
@@ -128,8 +128,8 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     name: str  # e.g. "blocks:9", "random:coarse:3", "heft"
     heldout: bool  # never used in a fit
     mixed: bool  # uses more than one device
-    features: Features
-    reference: Features
+    features: PlacementFeatures
+    reference: PlacementFeatures
     hetero_subgraphs: int  # HETERO_NUMBER_OF_SUBMODELS of the compiled placement (0: unknown)
     ratio: float  # measured: placement time / reference time (Hodges-Lehmann)
     low: float  # its 95 % interval (0, 0: too few rounds for one)
@@ -199,8 +199,8 @@ def group_common(problem) -> tuple[np.ndarray, np.ndarray]:
     return g, r[:, 0] if r.size else np.zeros(r.shape[0])
 
 
-def placement_features(problem, sim, group_device, common: tuple | None = None) -> Features:
-    """The :class:`Features` of a device per tie group of ``problem`` (``sim``: its Simulator;
+def placement_features(problem, sim, group_device, common: tuple | None = None) -> PlacementFeatures:
+    """The :class:`PlacementFeatures` of a device per tie group of ``problem`` (``sim``: its Simulator;
     ``common``: :func:`group_common` of the problem, computed if not given)."""
     gd = np.asarray(group_device, np.int64)
     st = problem.structure
@@ -223,7 +223,7 @@ def placement_features(problem, sim, group_device, common: tuple | None = None) 
     cross = d != home
     td = np.unique(pair_t[cross] * nd + d[cross])
     nbytes = float(st.t_bytes[td // nd].astype(np.float64).sum()) if td.size else 0.0
-    return Features(compute=tuple(float(x) for x in compute), common=tuple(float(x) for x in shared),
+    return PlacementFeatures(compute=tuple(float(x) for x in compute), common=tuple(float(x) for x in shared),
                     subgraphs=int(nsub), copies=int(td.size), copy_bytes=nbytes)
 
 
@@ -232,7 +232,7 @@ def _arrays(obs: Sequence[Observation], nd: int):
     def pad(x):
         return list(x) + [0.0] * (nd - len(x))
 
-    def block(f: Callable[[Observation], Features]):
+    def block(f: Callable[[Observation], PlacementFeatures]):
         c = np.array([pad(f(o).compute) for o in obs], np.float64).reshape(-1, nd)
         m = np.array([pad(f(o).common) for o in obs], np.float64).reshape(-1, nd)
         b = np.array([[f(o).subgraphs, f(o).copies, f(o).copy_bytes] for o in obs], np.float64).reshape(-1, 3)

@@ -13,7 +13,7 @@ model::
     with Measurer(module, "virtual", runs=10) as m:     # module: a lowered Module (or .xml, ov.Model)
         seconds = m.latency(device_of)                  # int16 per op, indices into m.devices
         row = m.measure(device_of)                      # Measurement: never raises for a failed run
-        base = m.plain("CPU")                           # the unplaced model compiled on one device
+        base = m.measure_unplaced("CPU")                # the unplaced model compiled on one device
 
 ``latency`` raises :class:`~hdp.runtime.measurement.MeasureError` (an HdpError) when the placement
 fails to compile or run, crashes or times out; ``measure`` returns the failure as
@@ -26,9 +26,9 @@ several candidates (:mod:`hdp.runtime.measurement`: ``placed``, ``plain``, ``pla
 same worker and runs them interleaved, run by run, until the statistics of
 :mod:`hdp.runtime.stats` resolve the differences or a time cap is hit::
 
-        h = m.head_to_head([placed(device_of), plain("CPU"), plain("CPU_B")])
+        h = m.head_to_head([placed(device_of), unplaced("CPU"), unplaced("CPU_B")])
         h.compare("plain CPU_B", "placement").describe()   # 'faster by 4.1 % (95 % CI 2.0…6.1 %)'
-        m.compare(plain("CPU"), plain("CPU_B"))           # a Comparison
+        m.compare(unplaced("CPU"), unplaced("CPU_B"))     # a Comparison
         m.best_of(candidates, preference=[0])             # the best, or the preferred among equals
 
 Successful single measurements are cached (:mod:`hdp.runtime.measure_cache`: the directory of the
@@ -61,7 +61,7 @@ from hdp.runtime import protocol as P
 from hdp.runtime import stats
 from hdp.runtime.measure_cache import MEASURE_VERSION, MeasureCache, host_key, measure_cache_dir
 from hdp.runtime.measurement import (BestOf, Candidate, HeadToHead, MeasureError, Measurement, Served, graph_of,
-                                    placed)
+                                    placed, unplaced)
 from hdp.runtime.target import Target, load_target
 from hdp.runtime.worker_client import LOAD_TIMEOUT, WorkerFailure, WorkerProcess, current_pool
 
@@ -343,7 +343,7 @@ class Measurer:
             raise MeasureError(f"query_model on {reply.device or ', '.join(ask)}: {reply.error}")
         return reply
 
-    def plain(self, device: str) -> Measurement:
+    def measure_unplaced(self, device: str) -> Measurement:
         """The unplaced model compiled directly on ``device`` (no HETERO)."""
         d = self.target.device(device)
         if d.kind != "real":
@@ -385,7 +385,7 @@ class Measurer:
     def _candidate(self, c: Candidate) -> tuple[P.Prepare, str, tuple[str, str]]:
         """(the request that prepares it without its warm-up, description, graph identity) of a
         candidate; InputError if unusable."""
-        if (c.plain is not None) + (c.device_of is not None) + (c.xml is not None) != 1:
+        if (c.unplaced_on is not None) + (c.device_of is not None) + (c.xml is not None) != 1:
             raise InputError(f"candidate '{c.name}': give one of a plain device, a placement or a placed "
                              f"file (not both or neither)")
         if c.xml is not None:
@@ -395,11 +395,12 @@ class Measurer:
                                      f"'{self.target.name}'; it cannot run here")
             how = "concurrent:" if c.execution == "concurrent" else "HETERO:"
             return P.Prepare(xml=c.xml, execution=c.execution), how + ",".join(c.used), c.graph or ("file", c.xml)
-        if c.plain is not None:
-            d = self.target.device(c.plain)
+        if c.unplaced_on is not None:
+            d = self.target.device(c.unplaced_on)
             if d.kind != "real":
-                raise InputError(f"device '{c.plain}' of target '{self.target.name}' is modeled; it cannot run here")
-            return P.Prepare(plain=c.plain), f"plain:{c.plain}", ("one", c.plain)
+                raise InputError(f"device '{c.unplaced_on}' of target '{self.target.name}' is modeled; "
+                                 f"it cannot run here")
+            return P.Prepare(plain=c.unplaced_on), f"plain:{c.unplaced_on}", ("one", c.unplaced_on)
         dev, devices = self._placement(c.device_of, c.devices)
         used = [d for k, d in enumerate(devices) if (dev == k).any()]
         return (P.Prepare(placement=P.Placement(devices=list(devices), device_of=dev.tobytes())),
@@ -532,7 +533,7 @@ class Measurer:
         """The best of ``candidates``, never the minimum of noisy samples.
 
         With more than ``top + 1`` candidates, each is first screened (``estimates``, e.g.
-        simulated latencies, or else one :meth:`measure`/:meth:`plain` each: the median of
+        simulated latencies, or else one :meth:`measure`/:meth:`measure_unplaced` each: the median of
         ``runs`` runs, cached); the ``top`` lowest plus the first of ``preference`` go to a
         head-to-head (:meth:`head_to_head`), and :func:`hdp.runtime.stats.select_best` keeps the
         fastest only if it beats the others beyond noise, otherwise the first of ``preference``
@@ -548,7 +549,8 @@ class Measurer:
         if estimates is None and k > top + 1:
             estimates = []
             for c in candidates:
-                m = self.plain(c.plain) if c.plain is not None else self.measure(c.device_of, c.devices)
+                m = (self.measure_unplaced(c.unplaced_on) if c.unplaced_on is not None
+                     else self.measure(c.device_of, c.devices))
                 estimates.append(m.median if m.ok else float("inf"))
         if estimates is None:
             finalists = list(range(k))
@@ -631,7 +633,7 @@ def measure_plain(source, target: Target | str, device: str, *, runs: int = 10, 
                   timeout: float = 120.0, cache: bool | str | os.PathLike = True) -> Measurement:
     """Time the unplaced model compiled directly on one device of the target."""
     with Measurer(source, target, runs=runs, warmup=warmup, timeout=timeout, cache=cache) as m:
-        return m.plain(device)
+        return m.measure_unplaced(device)
 
 
 def _timed(reply: P.Timed | P.Failed, base: dict, what: str) -> Measurement:
@@ -676,7 +678,7 @@ def evaluate_placed(xml: str | os.PathLike, target: Target | str | None = None, 
         if not plain:
             return {"placed": m.measure(dev, devices)}
         plan = plan or stats.SequentialPlan(min_rounds=max(runs, 6), max_rounds=max(runs, 1000))
-        h = m.head_to_head([Candidate(name=f"plain {plain}", plain=plain), placed(dev, devices)], plan)
+        h = m.head_to_head([unplaced(plain), placed(dev, devices)], plan)
     out = {"placed": h.measurements[1], "plain": h.measurements[0]}
     if all(x.ok for x in h.measurements):
         out["comparison"] = h.compare(0, 1)

@@ -2,7 +2,7 @@
 
 - :class:`Measurement`: the wall times of ``runs`` inferences of one compiled placement or plain
   compile (or its ``error``), with the median and spread;
-- :class:`Candidate` (built with :func:`plain`, :func:`placed`, :func:`placed_file`) and
+- :class:`Candidate` (built with :func:`unplaced`, :func:`placed`, :func:`placed_file`) and
   :func:`graph_of`: one thing to run in a head-to-head, and the identity of the graph it runs;
 - :class:`HeadToHead` and :class:`BestOf`: candidates measured interleaved in one worker
   (:meth:`hdp.runtime.measure.Measurer.head_to_head` and ``best_of``), compared and chosen by
@@ -105,14 +105,14 @@ class Measurement(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, eq=False)
 class Candidate:
-    """One thing to run in a head-to-head comparison: the unplaced model compiled on ``plain``
+    """One thing to run in a head-to-head comparison: the unplaced model compiled on ``unplaced_on``
     (no HETERO), the placement ``device_of`` (an index into ``devices`` per op, or a device name
     per op, as for :meth:`Measurer.measure`) compiled with HETERO, or a placed model file ``xml``
     (another placement of the measured model, compiled as the file has it). Build with
-    :func:`plain`, :func:`placed` or :func:`placed_file`."""
+    :func:`unplaced`, :func:`placed` or :func:`placed_file`."""
 
     name: str
-    plain: str | None = None
+    unplaced_on: str | None = None
     device_of: Any = None
     devices: tuple[str, ...] | None = None
     xml: str | None = None
@@ -161,9 +161,9 @@ def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target 
                      execution=execution)
 
 
-def plain(device: str, name: str | None = None) -> Candidate:
+def unplaced(device: str, name: str | None = None) -> Candidate:
     """The unplaced model compiled directly on ``device`` (named ``plain <device>``)."""
-    return Candidate(name=name or f"plain {device}", plain=device)
+    return Candidate(name=name or f"plain {device}", unplaced_on=device)
 
 
 def placed(device_of, devices: Sequence[str] | None = None, name: str = "placement") -> Candidate:

@@ -27,7 +27,7 @@ from hdp.errors import InputError
 from hdp.ir.types import Module
 from hdp.runtime import stats
 from hdp.runtime.measure import Measurer
-from hdp.runtime.measurement import HeadToHead, graph_of, placed, plain
+from hdp.runtime.measurement import HeadToHead, graph_of, placed, unplaced
 from hdp.runtime.target import Target, load_target
 
 __all__ = ["SIM_ERROR_WARN", "PlainComparison", "compare_with_plain", "plain_from_heads", "plain_report",
@@ -183,5 +183,5 @@ def compare_with_plain(module: Module, target: Target | str, *, plan: stats.Sequ
                                f"({', '.join(modeled or [d.name for d in tgt.devices])}); compare with the simulator",
                                {})
     with Measurer(module, tgt, warmup=warmup, timeout=timeout, cache=False) as m:
-        head = m.head_to_head([placed(pl.device_of.numpy(), pl.devices)] + [plain(d) for d in real], plan)
+        head = m.head_to_head([placed(pl.device_of.numpy(), pl.devices)] + [unplaced(d) for d in real], plan)
     return plain_report(head, 0)
