@@ -17,7 +17,7 @@ import pytest
 from hdp.errors import HdpError, InputError
 from hdp.ir.build import edge_sources, graph_from_edges
 from hdp.ir.types import Array, Coarse, Costs, Features, Module, Op, Support
-from hdp.learn.parse import dominant_edges, merge, quotient_edges
+from hdp.learn.parse import dominant_edges, merge, quotient
 from hdp.placement.problem import build_problem
 
 # torch and torch_geometric are hard dependencies of hdp: a broken install must fail this module
@@ -86,7 +86,7 @@ def test_chain_with_strong_edges_merges_into_one_group():
     dom = dominant_edges(6, edges, score)
     assign, accepted = merge(6, edges, dom[score[dom] > 0.5], score, np.ones(6))
     assert assign.tolist() == [0] * 6
-    assert quotient_edges(edges, assign).shape == (2, 0)
+    assert quotient(edges, np.ones(5), assign)[0].shape == (2, 0)
 
 
 def test_weak_edge_splits_the_chain_where_the_score_is_low():
@@ -96,7 +96,7 @@ def test_weak_edge_splits_the_chain_where_the_score_is_low():
     assert dom.tolist() == [0, 2]  # node 1 prefers edge 0, node 2 edge 2: the 0.2 edge is nobody's
     assign, _ = merge(4, edges, dom[score[dom] > 0.5], score, np.ones(4))
     assert assign.tolist() == [0, 0, 1, 1]
-    assert quotient_edges(edges, assign).tolist() == [[0], [1]]
+    assert [x.tolist() for x in quotient(edges, np.array([1.0, 2.0, 4.0]), assign)] == [[[0], [1]], [2.0]]
 
 
 def test_merge_respects_size_cap_and_min_groups():

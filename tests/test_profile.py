@@ -132,7 +132,7 @@ def test_attribution_splits_fused_nodes_by_flops_and_follows_reorders():
 def test_node_seconds_removes_the_warmup_from_running_averages():
     # warm-up took 1000 us; then 10 runs of 20 us: the counter reads 1000 and then (1000+200)/11
     node = {"avg_warm": 1000e-6, "avg_all": int(1200 / 11) * 1e-6, "executed": True}
-    assert node_seconds(node, warmup=1, runs=10) == pytest.approx(20e-6, abs=1.5e-6)
+    assert node_seconds([node], warmup=1, runs=10)[0] == pytest.approx(20e-6, abs=1.5e-6)
 
 
 def test_modeled_profile_and_support_inf(conv):

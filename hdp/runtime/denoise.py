@@ -96,12 +96,6 @@ def device_kind(plugin: str, properties: dict[str, str]) -> str:
     return f"{plugin} plugin, {prec}, {threads} threads [{digest}]"
 
 
-def kinds_of(labels: list[str]) -> list[int]:
-    """Per device, the index of the first device with the same label."""
-    first: dict[str, int] = {}
-    return [first.setdefault(x, j) for j, x in enumerate(labels)]
-
-
 # --------------------------------------------------------------------------- shrinkage
 
 
