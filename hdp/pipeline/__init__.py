@@ -8,6 +8,11 @@
   manager like passes (one cache, one instrument path).
 - :mod:`hdp.pipeline.compile`: :func:`compile_model`, what ``hdp compile`` runs.
 - :mod:`hdp.pipeline.report`: the words ``hdp compile`` prints about a compile.
+- :mod:`hdp.pipeline.calibrate`: the calibration experiment (``hdp calibrate``), which runs
+  placers and measures what they place.
+
+The layer below the command line and above everything else; ``hdp.cli`` parses arguments and
+prints, and calls in here.
 """
 
 from hdp.pipeline.compile import CompileResult, compile_model
