@@ -217,8 +217,7 @@ def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache
     from hdp.ir.serde import load, save
     from hdp.passes.registry import registry
     from hdp.passes.instruments import Timing
-    from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass, runtime_options, takes_target
+    from hdp.pipeline import make_pass, run_passes, takes_target
 
     reg = registry()
     if name not in reg:
@@ -235,9 +234,8 @@ def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache
     # passes read the module's source model again (support, profile): it is an input too
     check_paths(**(paths | {"inputs": paths["inputs"] | {"INPUT's source model": module.meta.get("source")}}))
     cache = pass_cache(cache_dir, no_cache)
-    (p,) = runtime_options([p], timeout, cache)
     timing = Timing()
-    out = PassManager([p], cache=cache, instruments=[timing]).run(module)
+    out = run_passes(module, [p], cache=cache, timeout=timeout, instruments=[timing])
     save(out, output)
     if timings:
         timing.write(timings)

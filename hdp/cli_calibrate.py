@@ -13,14 +13,12 @@ from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache
 
 def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
     """The lowered model with ``support``, ``profile`` and ``coarsen`` (what calibrating needs)."""
-    from hdp.passes.manager import PassManager
-    from hdp.pipeline import lower_cached, make_pass, runtime_options
+    from hdp.pipeline import lower_cached, make_pass, run_passes
 
     module = lower_cached(xml, shapes, cache, list(instruments))
     passes = [make_pass("support", {"target": tgt}), make_pass("profile", {"target": tgt}),
               make_pass("coarsen", {})]
-    passes = runtime_options(passes, timeout, cache)
-    return PassManager(passes, cache=cache, instruments=list(instruments)).run(module)
+    return run_passes(module, passes, cache=cache, timeout=timeout, instruments=instruments)
 
 
 @click.command("calibrate")

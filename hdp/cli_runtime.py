@@ -500,9 +500,8 @@ def profile_cmd(model, output, target, devices, runs, warmup, seconds, input_sha
     import numpy as np
 
     from hdp.ir.serde import load
-    from hdp.passes.manager import PassManager
     from hdp.fsutil import atomic_write
-    from hdp.pipeline import lower_cached, make_pass, runtime_options
+    from hdp.pipeline import lower_cached, make_pass, run_passes
 
     check_paths(inputs={"MODEL": model, "--target": target_path(target)}, outputs={"-o": output},
                 out_dirs={"--cache-dir": None if no_cache else cache_dir})
@@ -518,10 +517,9 @@ def profile_cmd(model, output, target, devices, runs, warmup, seconds, input_sha
     if module.support is None or module.support.devices != tgt.device_names:
         sched.append(make_pass("support", {"target": tgt}))
     sched.append(make_pass("profile", {"target": tgt, "runs": runs, "warmup": warmup, "seconds": seconds}))
-    sched = runtime_options(sched, timeout, cache)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        module = PassManager(sched, cache=cache).run(module.replace(costs=None))
+        module = run_passes(module.replace(costs=None), sched, cache=cache, timeout=timeout)
     for w in caught:
         click.echo(f"hdp: warning: {w.message}", err=True)
     doc = costs_json(module, module.costs)

@@ -210,3 +210,12 @@ def test_no_module_imports_a_private_name_of_another():
                 bad += [f"{name} imports {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_kernels"]
     assert not bad, "; ".join(bad)
+
+
+def test_the_command_line_runs_no_pass_manager_itself():
+    """``hdp.cli`` and its command modules parse arguments and print; running stages is
+    :mod:`hdp.pipeline`'s (compile_model, run_passes, lower_cached)."""
+    g = import_graph()
+    cli = [m for m in g if m.split(".")[-1].startswith("cli")]
+    assert len(cli) >= 5
+    assert not [m for m in cli if g.has_edge(m, "hdp.passes.manager")]

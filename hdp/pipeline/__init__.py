@@ -17,11 +17,11 @@ prints, and calls in here.
 
 from hdp.pipeline.compile import CompileResult, compile_model
 from hdp.pipeline.schedule import (STAGE_PASS, build_passes, compile_schedule, default_method, default_text,
-                                   make_pass, pipeline_specs, runtime_options, takes_target)
+                                   make_pass, pipeline_specs, run_passes, runtime_options, takes_target)
 from hdp.pipeline.stages import FRONTEND_VERSION, Check, Lower, Raise, lower_cached, recompute_if_stale
 from hdp.pipeline.text import PassSpec, PipelineError, parse_pipeline, print_pipeline
 
 __all__ = ["FRONTEND_VERSION", "STAGE_PASS", "Check", "CompileResult", "Lower", "PassSpec", "PipelineError", "Raise",
            "build_passes", "compile_model", "compile_schedule", "default_method", "default_text", "lower_cached",
            "make_pass", "parse_pipeline", "pipeline_specs", "print_pipeline", "recompute_if_stale",
-           "runtime_options", "takes_target"]
+           "run_passes", "runtime_options", "takes_target"]

@@ -285,3 +285,13 @@ def runtime_options(passes: list, timeout: float | None, cache) -> list:
             changes["query_cache"] = str(Path(cache.dir) / "support")
         out.append(msgspec.structs.replace(p, **changes) if changes else p)
     return out
+
+
+def run_passes(module, passes: list, *, cache=None, timeout: float | None = None, instruments=()):
+    """Run ``passes`` over ``module`` with one manager (``cache``: a
+    :class:`~hdp.passes.cache.PassCache` or None), their runtime options set first
+    (:func:`runtime_options`): what ``hdp pass``, ``hdp profile`` and ``hdp calibrate`` run."""
+    from hdp.passes.manager import PassManager
+
+    return PassManager(runtime_options(list(passes), timeout, cache), cache=cache,
+                       instruments=list(instruments)).run(module)
