@@ -121,10 +121,12 @@ ALLOWED = {layer: set(LAYERS[:i + 1]) for i, layer in enumerate(LAYERS)}
 #: fails :func:`test_every_module_has_a_layer` until it is placed here.
 TOP_LEVEL = {
     "hdp": "base", "errors": "base", "fsutil": "base", "cache": "base", "validation": "base", "jit": "base",
-    "glossary": "base", "zoo_common": "base",
+    "glossary": "base",
+    # the model zoo builds OpenVINO models and imports only base utilities; the runtime's generation
+    # check decodes with its greedy loop (zoo.generate)
+    "zoo": "base", "zoo_common": "base", "zoo_keras": "base", "zoo_transformers": "base",
     "cli": "cli", "__main__": "cli", "cli_cache": "cli", "cli_calibrate": "cli", "cli_common": "cli",
-    "cli_runtime": "cli", "show": "cli", "warmup": "cli", "synth": "cli", "zoo": "cli", "zoo_keras": "cli",
-    "zoo_transformers": "cli",
+    "cli_runtime": "cli", "show": "cli", "warmup": "cli", "synth": "cli",
 }
 
 
@@ -133,6 +135,8 @@ TOP_LEVEL = {
 PENDING = {
     ("hdp.placement.repair", "hdp.runtime"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
     ("hdp.placement.repair", "hdp.runtime.simulate"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
+    ("hdp.placement.subgraphs", "hdp.runtime"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
+    ("hdp.placement.subgraphs", "hdp.runtime.simulate"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
 }
 
 
