@@ -3,7 +3,7 @@ import pytest
 
 from hdp.errors import InputError
 from hdp.ir import serde
-from hdp.ir.build import graph_from_edges, predecessors_csr, topological_order
+from hdp.ir.build import csr, disjoint_set, graph_from_edges, predecessors_csr, topological_order
 from hdp.ir.types import Array, Module, Op, Placement
 from hdp.ir.verify import VerifyError, verify
 
@@ -57,6 +57,26 @@ def test_topological_order_detects_cycle():
     assert topological_order(3, [2, 0], [1, 2]).tolist() == [0, 2, 1]
     with pytest.raises(ValueError, match="cycle"):
         topological_order(2, [0, 1], [1, 0])
+
+
+def test_topological_order_breaks_ties_by_key_then_index():
+    # 0 -> 3; 1, 2 and 0 are ready at once: by key (2, 0, 0), then index
+    assert topological_order(4, [0], [3], key=[2, 0, 0, 1]).tolist() == [1, 2, 0, 3]
+    assert topological_order(4, [0], [3]).tolist() == [0, 1, 2, 3]
+
+
+def test_csr_groups_entries_by_row_keeping_their_order():
+    ptr, cols, w = csr(3, [2, 0, 2, 0], [5, 6, 7, 8], np.array([0.5, 1.5, 2.5, 3.5]))
+    assert ptr.tolist() == [0, 2, 2, 4] and cols.tolist() == [6, 8, 5, 7] and w.tolist() == [1.5, 3.5, 0.5, 2.5]
+    assert csr(2, [])[0].tolist() == [0, 0, 0]
+
+
+def test_disjoint_set_is_scipys():
+    from scipy.cluster.hierarchy import DisjointSet
+
+    uf = disjoint_set(range(4))
+    assert type(uf) is DisjointSet
+    assert uf.merge(0, 3) and not uf.merge(3, 0) and uf.connected(0, 3) and not uf.connected(1, 2)
 
 
 def test_verify_catches_bad_placement():

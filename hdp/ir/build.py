@@ -1,6 +1,6 @@
-"""Graphs from edge lists (the frontend, tests and synthetic benchmarks), and the two graph helpers
-every layer shares: :func:`csr` (edges grouped by one end) and :func:`topological_order` (Kahn's
-algorithm with a deterministic tie-break)."""
+"""Graphs from edge lists (the frontend, tests and synthetic benchmarks), and the graph helpers
+every layer shares: :func:`csr` (edges grouped by one end), :func:`topological_order` (Kahn's
+algorithm with a deterministic tie-break) and :func:`disjoint_set` (scipy's union-find)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,18 @@ def csr(n: int, rows, *values) -> tuple[np.ndarray, ...]:
 def predecessors_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """CSR over predecessors: (indptr, producer ids), derived from the successor CSR."""
     return csr(graph.n_ops, graph.indices.numpy(), edge_sources(graph))
+
+
+def disjoint_set(elements):
+    """scipy's union-find (:class:`scipy.cluster.hierarchy.DisjointSet`) over ``elements``,
+    imported from the module that defines it: ``scipy.cluster.hierarchy`` re-exports it but costs a
+    fresh process about a second of imports (all of ``scipy.cluster``), which ``hdp compile`` paid
+    in its partition pass. ``tests/test_ir.py`` checks that both names are one class."""
+    try:
+        from scipy._lib._disjoint_set import DisjointSet
+    except ImportError:  # a scipy that moved it: the public name, at the import's price
+        from scipy.cluster.hierarchy import DisjointSet
+    return DisjointSet(elements)
 
 
 def topological_order(n: int, src, dst, key=None) -> np.ndarray:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdp.ir.build import disjoint_set
+
 
 def dominant_edges(n: int, edges: np.ndarray, score: np.ndarray) -> np.ndarray:
     """Ids of the distinct dominant edges: for each node with an incident edge, the highest-scored
@@ -36,9 +38,7 @@ def merge(n: int, edges: np.ndarray, candidates: np.ndarray, score: np.ndarray, 
     Returns ``(assign, accepted)``: the group of every node (ids dense, numbered by first node) and
     the ids of the edges actually merged along.
     """
-    from scipy.cluster.hierarchy import DisjointSet
-
-    uf = DisjointSet(range(n))
+    uf = disjoint_set(range(n))
     gsize = np.asarray(size, np.float64).copy()  # a group's member ops, at its root
     groups = n
     cand = np.asarray(candidates, np.int64)

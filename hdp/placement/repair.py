@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hdp.ir.build import disjoint_set
 from hdp.placement.problem import PlacementProblem
 
 
@@ -54,10 +55,8 @@ def ddmin(items: list[int], fails: Callable[[list[int]], bool], deadline: float 
 def islands(problem: PlacementProblem, groups: list[int]) -> list[list[int]]:
     """``groups`` split into the connected pieces they form in the group graph."""
     st = problem.structure
-    from scipy.cluster.hierarchy import DisjointSet
-
     inside = set(groups)
-    uf = DisjointSet(groups)
+    uf = disjoint_set(groups)
     for u in groups:
         for v in st.g_idx[st.g_ptr[u]:st.g_ptr[u + 1]]:
             if int(v) in inside:

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp.errors import InputError
-from hdp.ir.build import csr, edge_sources, predecessors_csr, topological_order
+from hdp.ir.build import csr, disjoint_set, edge_sources, predecessors_csr, topological_order
 from hdp.ir.types import Graph
 
 PLACED, CONE, REPLICATED = 0, 1, 2
@@ -230,9 +230,7 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
     e_src = np.asarray(e_src, np.int64)
     e_dst = np.asarray(e_dst, np.int64)
 
-    from scipy.cluster.hierarchy import DisjointSet
-
-    uf = DisjointSet(range(n))
+    uf = disjoint_set(range(n))
     # Results with their producer (a Result has one input)
     res_mask = np.array([t == "Result" for t in types], bool)
     for e in np.nonzero(res_mask[dst])[0]:
