@@ -81,8 +81,9 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     for xml in models:
         module = prepare(xml, tgt, shapes, cache, timeout)
         name = Path(xml).stem
-        obs = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout, fit_random=fit_random,
-                                 plan=plan, batch=batch, say=lambda s: click.echo(f"  {s}"), **kw)
+        obs = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout,
+                                          fit_random=fit_random, plan=plan, batch=batch,
+                                          say=lambda s: click.echo(f"  {s}"), **kw)
         if not obs:
             raise InputError(f"{xml}: no placement could be measured")
         observations += obs
