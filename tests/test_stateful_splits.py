@@ -129,13 +129,13 @@ def _hetero(xml, module, device_of):
     two f32 CPU plugin instances; returns the compiled model or raises OpenVINO's RuntimeError."""
     from hdp.ir import openvino_frontend as fe
     from hdp.ir.openvino_legalize import legalize
-    from hdp.placement.structure import roles
+    from hdp.placement.structure import PLACED, roles
     from hdp.runtime.devices import make_core
     from hdp.runtime.target import load_target
 
     model = fe.read_model(xml)
     names = [("CPU", "CPU_B")[int(d)] for d in device_of]
-    legalize(model, list(model.get_ordered_ops()), roles(module.graph), names)
+    legalize(model, list(model.get_ordered_ops()), roles(module.graph) == PLACED, names)
     for op in model.get_ordered_ops():
         rt = op.get_rt_info()
         rt["affinity"] = rt["user_dataaffinity"].astype(str)

@@ -184,6 +184,9 @@ def legalize(model, ov_ops, placed: np.ndarray, device_of: list[str]) -> dict:
     by Constants)."""
     from openvino import opset13 as ops
 
+    placed = np.asarray(placed)
+    if placed.dtype != np.bool_:  # the roles themselves (PLACED is 0) would read inverted
+        raise TypeError(f"legalize takes a bool mask of the placed ops, not {placed.dtype} roles")
     devices = {op: d for op, d in zip(ov_ops, device_of)}
     pos = {op: i for i, op in enumerate(ov_ops)}
     free = {op for op, p in zip(ov_ops, placed) if not p}
