@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from hdp.errors import InputError
-from hdp.ir.openvino_backend import write_placed
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
 from hdp.placement import _kernels as K
 from hdp.runtime.concurrent import compile_concurrent, lane_cores, split_model
 from hdp.runtime.devices import make_core
-from hdp.runtime.placed import compile_placed
+from hdp.runtime.placed import compile_placed, write_placed
 from hdp.runtime.target import load_target
 
 EXACT = dict(rtol=1e-5, atol=1e-5)
