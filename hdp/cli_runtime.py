@@ -295,11 +295,11 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     in flight; beside it the throughput simulated when it was placed, if for the same ``requests``."""
     from hdp.runtime.measure import Measurer, placed_device_of
     from hdp.runtime.measurement import MeasureError
-    from hdp.runtime.placed import _model_info, read_placed
+    from hdp.runtime.placed import model_info, read_placed
 
     dev, devs, tgt = placed_device_of(placed, tgt)
     model = read_placed(placed).model
-    sim = {k: _model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated")}
+    sim = {k: model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated")}
     batches = max(runs, 6)
     with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
         res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}

@@ -130,16 +130,6 @@ TOP_LEVEL = {
 }
 
 
-#: Upward imports still waiting for their move, each with the change that removes it. The test fails
-#: when one is gone, so the entry goes with it.
-PENDING = {
-    ("hdp.placement.repair", "hdp.runtime"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
-    ("hdp.placement.repair", "hdp.runtime.simulate"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
-    ("hdp.placement.subgraphs", "hdp.runtime"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
-    ("hdp.placement.subgraphs", "hdp.runtime.simulate"): "issue 18 moves hdp/runtime/simulate.py into hdp/placement/",
-}
-
-
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in LAYERS:
@@ -179,11 +169,7 @@ def test_every_module_has_a_layer():
 def test_layers_only_point_down():
     """Every import, at module level or inside a function, and every module a registry names by
     string, goes to the importer's layer or one below (see :data:`LAYERS`)."""
-    g = layered_graph()
-    gone = [f"{u} -> {v} ({why})" for (u, v), why in PENDING.items() if not g.has_edge(u, v)]
-    assert not gone, "no longer imported: remove from PENDING: " + "; ".join(gone)
-    g.remove_edges_from(PENDING)
-    up = upward_imports(g)
+    up = upward_imports(layered_graph())
     assert not up, "upward imports:\n" + "\n".join(up)
 
 

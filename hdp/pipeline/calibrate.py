@@ -219,8 +219,8 @@ def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int 
     """Measure the calibration design of one profiled module (it needs ``support`` and ``costs``;
     ``coarse`` is used for random placements when present)."""
     from hdp.placement.problem import build_problem
-    from hdp.runtime.measure import Measurer
     from hdp.placement.simulate import Simulator
+    from hdp.runtime.measure import Measurer
 
     if module.costs is None:
         raise InputError(f"{model}: calibrating needs the profile (costs) of the model")

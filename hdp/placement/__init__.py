@@ -10,6 +10,12 @@
 - :mod:`hdp.placement.subgraphs` — HETERO's subgraphs of a placement as its splitter forms them,
   and the rule for state they impose (a state's component lies on no cycle):
   :func:`~hdp.placement.subgraphs.untangle` makes every placer's output obey it.
+- :mod:`hdp.placement.simulate` — the simulator: a placement's latency (or throughput) from the
+  problem's costs, Numba kernels in :mod:`hdp.placement._kernels`; :mod:`hdp.placement.objective`
+  and :mod:`hdp.placement.memory` — what a placement is asked to minimise, and each device's bytes.
+- :mod:`hdp.placement.repair` — a placement that failed its check: the boundary that breaks, tied.
+
+The layer just above the IR: it imports :mod:`hdp.ir` and the base utilities, nothing else of hdp.
 
 The rules, and the HETERO failure each prevents, are listed in :mod:`hdp.placement.structure`.
 Nothing here imports openvino; the rewrite of the written model that the rules call for lives in
