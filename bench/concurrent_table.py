@@ -41,9 +41,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def two_towers(tmp: Path, n: int = 384, depth: int = 6) -> Path:
-    """x [1,n,n] -> {tower A, tower B} (``depth`` MatMul n x n + Relu each) -> Add -> y; tower B on
-    CPU_B, the rest on CPU, written as hdp writes a placed model for ``virtual-2x1``."""
+def two_towers(tmp: Path, n: int = 384, depth: int = 6, depth_b: int | None = None) -> Path:
+    """x [1,n,n] -> {tower A, tower B} (``depth`` and ``depth_b`` MatMul n x n + Relu) -> Add -> y;
+    tower B on CPU_B, the rest on CPU, written as hdp writes a placed model for ``virtual-2x1``."""
     import openvino as ov
     from openvino import opset13 as ops
 
@@ -53,8 +53,11 @@ def two_towers(tmp: Path, n: int = 384, depth: int = 6) -> Path:
     x = ops.parameter([1, n, n], np.float32, name="x")
     a = b = x
     on_b = []
-    for i in range(depth):
+    depth_b = depth if depth_b is None else depth_b
+    for i in range(max(depth, depth_b)):
         for tower in "ab":
+            if i >= (depth if tower == "a" else depth_b):
+                continue
             w = ops.constant((rng.standard_normal((n, n)) * (1.0 / np.sqrt(n))).astype(np.float32), name=f"{tower}{i}_w")
             y = ops.relu(ops.matmul(a if tower == "a" else b, w, False, False, name=f"{tower}{i}_mm"), name=f"{tower}{i}")
             if tower == "a":
@@ -72,7 +75,7 @@ def two_towers(tmp: Path, n: int = 384, depth: int = 6) -> Path:
     import msgspec
 
     model.set_rt_info(msgspec.json.encode(t).decode(), ["hdp", "target"])
-    out = tmp / "two_towers_placed.xml"
+    out = tmp / f"two_towers_{n}_{depth}x{depth_b}_placed.xml"
     ov.save_model(model, str(out), compress_to_fp16=False)
     return out
 
@@ -212,7 +215,8 @@ def render(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("placed", nargs="*", type=Path)
-    ap.add_argument("--two-towers", action="store_true")
+    ap.add_argument("--two-towers", action="store_true", help="the built-in two-tower model (6 and 6 MatMuls)")
+    ap.add_argument("--towers", default="", help="more two-tower models: DEPTH_A x DEPTH_B [x N], e.g. 4x8,6x6x256")
     ap.add_argument("--zoo", default="", help="comma-separated zoo models to place and measure")
     ap.add_argument("--method", default="heft", help="placer for --zoo (hdp compile --method)")
     ap.add_argument("--target", default="virtual-2x1", help="target for --zoo")
@@ -225,6 +229,9 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="hdp-conc-"))
     files = list(args.placed) + ([two_towers(tmp)] if args.two_towers else [])
+    for spec in filter(None, args.towers.split(",")):
+        parts = [int(x) for x in spec.split("x")]
+        files.append(two_towers(tmp, n=parts[2] if len(parts) > 2 else 384, depth=parts[0], depth_b=parts[1]))
     files += [place_zoo(n, tmp, args.method, args.target) for n in args.zoo.split(",") if n]
     out = []
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -373,3 +373,20 @@ def test_fit_executor_costs_measures_three_probes():
     one = fit_executor_costs(load_target("virtual-f32").__class__(
         name="one", devices=[load_target("virtual-f32").devices[0]]), rounds=8)
     assert one.handover == 0.0 and one.handover_ci == (0.0, 0.0)
+
+
+def test_concurrent_batch_equals_one_by_one():
+    from tests.placement_helpers import random_module
+
+    from hdp.placement.simulate import Simulator
+    from tests.placement_helpers import problem as problem_of_module
+
+    rng = np.random.default_rng(11)
+    m = random_module(rng, 40, 3)
+    sim = Simulator(problem_of_module(m))
+    p = sim.problem
+    mat = np.stack([np.array([rng.choice(np.flatnonzero(p.allowed[g])) for g in range(p.n_groups)])
+                    for _ in range(20)])
+    batch = sim.latencies_concurrent(mat, launch=1e-3, handover=2e-3, request=5e-4)
+    one = [sim.latency_concurrent(row, launch=1e-3, handover=2e-3, request=5e-4) for row in mat]
+    np.testing.assert_allclose(batch, one)

@@ -438,6 +438,16 @@ def concurrent_makespan(eff, time, zero, p_ptr, p_src, p_cost, label, n_lab, n_d
 
 
 @njit(cache=True)
+def concurrent_batch(devs, time, zero, u_src, u_dst, p_ptr, p_src, p_cost, n_dev, launch, handover, request,
+                     out, label, parent, fwd, bwd):
+    """:func:`concurrent_makespan` (+ ``request``) of every row of ``devs`` into ``out``."""
+    for b in range(devs.shape[0]):
+        k = concurrent_labels(devs[b], zero, u_src, u_dst, label, parent, fwd, bwd)
+        out[b] = request + concurrent_makespan(devs[b], time, zero, p_ptr, p_src, p_cost, label, k, n_dev,
+                                               launch, handover)
+
+
+@njit(cache=True)
 def upward_rank(time, s_ptr, s_dst, s_cost):
     """HEFT's upward rank: mean supported time plus the costliest path to an exit."""
     n, nd = time.shape

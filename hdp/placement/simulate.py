@@ -272,6 +272,19 @@ class Simulator:
         return [(self.devices[j], float(mem[j]), float(self.capacity[j]))
                 for j in range(self.n_devices) if mem[j] > self.capacity[j]]
 
+    def latencies_concurrent(self, matrix: np.ndarray, launch: float | None = None, handover: float = 0.0,
+                             request: float = 0.0) -> np.ndarray:
+        """:meth:`latency_concurrent` of every row of a (placements x groups) matrix."""
+        d = self._check(np.atleast_2d(matrix))
+        out = np.empty(d.shape[0])
+        if not self.n_groups:
+            out[:] = 0.0
+            return out
+        K.concurrent_batch(d, self.time_full, self.zero, self.u_src, self.u_dst, self.p_ptr, self.p_src, self.p_cost,
+                           self.n_devices, self.overhead if launch is None else launch, handover, request, out,
+                           self._label, self._parent, self._label2, self._stage)
+        return out
+
     def report(self, group_device: np.ndarray) -> dict:
         """Simulated figures of one placement: ``simulated`` (sequential latency), ``compute``,
         ``copy`` (seconds), ``subgraphs``, the problem's ``lower_bound``; with a throughput objective
