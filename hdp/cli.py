@@ -72,6 +72,11 @@ def main():
               help="What the placement minimises: one request's latency (HETERO runs its subgraphs one after "
                    "another), or seconds per request with --requests in flight (HETERO pipelines them).")
 @click.option("--requests", type=int, default=None, help="throughput: requests in flight (default 2).")
+@click.option("--execution", type=click.Choice(["sequential", "concurrent"]), default="sequential", show_default=True,
+              help="How the placed model will run: under HETERO (its subgraphs one after another), or by hdp's "
+                   "concurrent executor (compile_placed(..., execution='concurrent'): every device at once); "
+                   "concurrent makes the executor's latency what the placement minimises, with the executor's "
+                   "costs from `hdp calibrate` when it measured them.")
 @click.option("--memory", "memory", multiple=True, metavar="DEV=SIZE",
               help="Device memory cap (like GPU=16GiB), over the target's or the device's own (repeatable).")
 @click.option("--context", type=click.IntRange(0), default=0,
@@ -83,7 +88,7 @@ def main():
 @worker_scoped
 def compile_cmd(model, output, target, devices, passes, method, input_shape, seq_len, phase, seed, sets, budget,
                 reward, policy, refine, timings, dump_ir, emit_ir, export_blob, check, compare, quiet, objective,
-                requests, memory, context, timeout, cache_dir, no_cache):
+                requests, execution, memory, context, timeout, cache_dir, no_cache):
     """Place MODEL (an OpenVINO .xml or .onnx) on a target and write the placed model to OUTPUT (.xml)."""
     from hdp.passes.instruments import DumpIR, Progress
     from hdp.pipeline import PipelineError, compile_model
@@ -108,6 +113,18 @@ def compile_cmd(model, output, target, devices, passes, method, input_shape, seq
         flags["objective"] = objective
     if requests is not None:
         flags["requests"] = str(requests)
+    labels = {k: f"--{k}" for k in flags}
+    if execution != "sequential":
+        flags["execution"], labels["execution"] = execution, "--execution"
+        cache = pass_cache(cache_dir, no_cache)
+        if cache is not None:  # the executor's own costs, when `hdp calibrate` measured them on this host
+            from hdp.runtime.calibrate import calibration_for
+
+            cal = calibration_for(tgt, cache.dir)
+            if cal is not None and cal.executor is not None:
+                for k in ("launch", "handover", "request"):
+                    flags[k] = repr(getattr(cal.executor, k))
+                    labels[k] = "hdp calibrate's executor costs"
     if memory:
         from hdp.runtime.capacity import parse_overrides
 
@@ -122,7 +139,7 @@ def compile_cmd(model, output, target, devices, passes, method, input_shape, seq
                       cache=pass_cache(cache_dir, no_cache), instruments=instruments, check=check,
                       compare=compare and not quiet, timeout=timeout, emit_ir=emit_ir, export_blob=export_blob,
                       timings=timings, echo=None if quiet else click.echo,
-                      labels={k: f"--{k}" for k in flags})
+                      labels=labels | {k: f"--{k}" for k in flags if k not in labels})
     except PipelineError as e:
         if e.column is None:
             raise

@@ -390,3 +390,99 @@ def test_concurrent_batch_equals_one_by_one():
     batch = sim.latencies_concurrent(mat, launch=1e-3, handover=2e-3, request=5e-4)
     one = [sim.latency_concurrent(row, launch=1e-3, handover=2e-3, request=5e-4) for row in mat]
     np.testing.assert_allclose(batch, one)
+
+
+# --------------------------------------------------------------------------- the Concurrent objective
+
+TOWER_TYPES = ["Parameter", "MatMul", "MatMul", "MatMul", "MatMul", "MatMul", "Add", "Result"]
+TOWER_EDGES = [(0, 1), (1, 2), (2, 3), (1, 4), (4, 5), (3, 6), (5, 6), (6, 7)]
+TOWER_TIME = np.array([[0, 0], [1, 1], [2, 2], [2, 2], [2, 2], [2, 2], [1, 1], [0, 0]], float) * 1e-3
+
+
+def _towers_ctx(objective):
+    from tests.placement_helpers import make_module, problem as problem_of_module
+
+    from hdp.placers import PlaceContext
+
+    m = make_module(TOWER_TYPES, TOWER_EDGES, TOWER_TIME, lat=1e-6, bw=1e12, ovh=1e-5)
+    return PlaceContext(module=m, problem=problem_of_module(m).with_objective(objective))
+
+
+def test_the_concurrent_objective_is_priced_by_the_executor_model():
+    from hdp.placement.objective import Concurrent
+    from hdp.placement.simulate import Simulator
+
+    ob = Concurrent(launch=2e-5, handover=1e-5, request=3e-5)
+    sim = Simulator(_towers_ctx(ob).problem)
+    split = sim.problem.structure.group_devices(np.array([0, 0, 0, 0, 1, 1, 0, 0]))
+    assert sim.cost(split) == pytest.approx(sim.latency_concurrent(split, 2e-5, 1e-5, 3e-5))
+    assert sim.cost(split) < sim.latency(split)
+    mat = np.stack([split, sim.problem.single(0), sim.problem.single(1)])
+    np.testing.assert_allclose(sim.costs(mat), [sim.cost(r) for r in mat])
+    rep = sim.report(split)
+    assert rep["concurrent"] == pytest.approx(sim.cost(split)) and rep["concurrent_subgraphs"] >= 4
+
+
+def test_placers_serve_the_concurrent_objective_or_refuse_in_one_line():
+    from hdp.placement.objective import Concurrent
+    from hdp.placement.simulate import Simulator
+    from hdp.placers import place
+    from hdp.placers.options import method_from
+
+    ctx = _towers_ctx(Concurrent())
+    sim = Simulator(ctx.problem)
+    singles = min(sim.cost(ctx.problem.single(j)) for j in range(2))
+    heft = place(method_from("heft"), ctx).group_device
+    assert sim.cost(heft) < singles  # the towers on two devices at once
+    auto = place(method_from("auto"), ctx)
+    assert sim.cost(auto.group_device) <= sim.cost(heft) + 1e-12
+    assert "concurrent latency" in auto.info["report"]
+    for m in ("optimal", "hsdag"):
+        with pytest.raises(InputError, match=f"method '{m}' cannot place for the concurrent objective") as e:
+            place(method_from(m), ctx)
+        assert "\n" not in str(e.value) and "use heft or auto" in str(e.value)
+
+
+def test_execution_concurrent_options():
+    from hdp.passes.partition import PartitionPass
+    from hdp.placement.objective import Concurrent, Latency
+
+    assert PartitionPass.objective_from("latency", None, "sequential") == Latency()
+    assert PartitionPass.objective_from("latency", None, "concurrent") == Concurrent()
+    with pytest.raises(InputError, match="--execution concurrent optimises one request's latency.*throughput"):
+        PartitionPass.objective_from("throughput", None, "concurrent")
+    t = load_target("virtual-2x1")
+    p = PartitionPass.from_options({"target": t, "method": "heft", "execution": "concurrent", "launch": "1e-5",
+                                    "handover": "2e-6", "request": "3e-5"})
+    assert p.objective == Concurrent(launch=1e-5, handover=2e-6, request=3e-5)
+    q = PartitionPass.from_options({"target": t, "method": "heft"})
+    assert p.key(b"x") != q.key(b"x") if hasattr(p, "key") else msgspec_bytes(p) != msgspec_bytes(q)
+    with pytest.raises(InputError, match="launch must be a number of seconds"):
+        PartitionPass.from_options({"target": t, "method": "heft", "execution": "concurrent", "launch": "soon"})
+
+
+def msgspec_bytes(p) -> bytes:
+    import msgspec
+
+    return msgspec.msgpack.encode(p)
+
+
+def test_hdp_compile_execution_concurrent(tmp_path):
+    """heft for the executor's latency; optimal refused in one line, exit 2."""
+    import openvino as ov
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    xml = tmp_path / "towers.xml"
+    ov.save_model(two_towers(n=32, depth=3), str(xml), compress_to_fp16=False)
+    args = ["compile", str(xml), "-o", str(tmp_path / "p.xml"), "--target", "virtual-f32", "--no-compare",
+            "--execution", "concurrent", "--cache-dir", str(tmp_path / "c")]
+    r = CliRunner().invoke(main, args + ["--method", "heft"])
+    assert r.exit_code == 0, r.output
+    assert "run by hdp's concurrent executor" in r.output
+    r = CliRunner().invoke(main, args + ["--method", "optimal"])
+    assert r.exit_code == 2 and "cannot place for the concurrent objective" in r.output
+    assert len([x for x in r.output.splitlines() if "error" in x]) == 1
+    r = CliRunner().invoke(main, args + ["--method", "heft", "--objective", "throughput"])
+    assert r.exit_code == 2 and "not with --objective throughput" in r.output

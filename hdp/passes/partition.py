@@ -11,7 +11,7 @@ from msgspec import Meta
 
 from hdp.ir.types import Array, Module, Partition
 from hdp.passes.base import Pass
-from hdp.placement.objective import KINDS, Latency, Objective, Throughput
+from hdp.placement.objective import KINDS, Concurrent, Latency, Objective, Throughput
 from hdp.placers.options import HeteroAuto, Method, method_from
 from hdp.runtime.target import Target
 
@@ -42,10 +42,24 @@ class PartitionPass(Pass, tag="partition"):
         return type(self).requires + tuple(s for s in self.placer.stages(self.target) if s not in type(self).requires)
 
     @staticmethod
-    def objective_from(name: str = "latency", requests=None) -> Objective:
-        """The objective of ``--objective NAME [--requests N]``; InputError naming the bad option."""
+    def objective_from(name: str = "latency", requests=None, execution: str = "sequential",
+                       executor=None) -> Objective:
+        """The objective of ``--objective NAME [--requests N] [--execution E]``; InputError naming the
+        bad option. ``--execution concurrent`` is one request's latency run by hdp's concurrent
+        executor, with the executor's costs ``executor`` measured by ``hdp calibrate`` (when known)."""
         if name not in KINDS:
             raise InputError(f"--objective {name}: must be one of {', '.join(KINDS)}")
+        if execution not in ("sequential", "concurrent"):
+            raise InputError(f"--execution {execution}: must be sequential or concurrent")
+        if execution == "concurrent" or name == "concurrent":
+            if name not in ("latency", "concurrent"):
+                raise InputError(f"--execution concurrent optimises one request's latency run by hdp's executor; "
+                                 f"not with --objective {name}")
+            if requests is not None:
+                raise InputError(f"--requests {requests}: only with --objective throughput")
+            if executor is None:
+                return Concurrent()
+            return Concurrent(launch=executor.launch, handover=executor.handover, request=executor.request)
         if requests is not None:
             try:
                 requests = int(requests)
@@ -66,8 +80,24 @@ class PartitionPass(Pass, tag="partition"):
         InputError naming the bad one."""
         objective = opts.pop("objective", None)
         requests = opts.pop("requests", None)
-        if not isinstance(objective, (Latency, Throughput)):
-            objective = cls.objective_from(str(objective or "latency"), requests)
+        execution = str(opts.pop("execution", "sequential"))
+        costs = {k: opts.pop(k) for k in ("launch", "handover", "request") if k in opts}
+        executor = None
+        if costs:  # the concurrent executor's own costs (hdp calibrate), seconds
+            vals = {}
+            for k, v in costs.items():
+                try:
+                    vals[k] = float(v)
+                except (TypeError, ValueError):
+                    raise InputError(f"pass 'partition': {k} must be a number of seconds, not {v!r}") from None
+                if not 0 <= vals[k] <= 10:
+                    raise InputError(f"pass 'partition': {k} must be between 0 and 10 seconds, not {v!r}")
+            from types import SimpleNamespace
+
+            executor = SimpleNamespace(launch=vals.get("launch"), handover=vals.get("handover", 0.0),
+                                       request=vals.get("request", 0.0))
+        if not isinstance(objective, (Latency, Throughput, Concurrent)):
+            objective = cls.objective_from(str(objective or "latency"), requests, execution, executor)
         memory = opts.pop("memory", ())
         if isinstance(memory, str):
             from hdp.runtime.capacity import parse_overrides
@@ -121,6 +151,10 @@ class PartitionPass(Pass, tag="partition"):
         goal = {"goal": self.objective.kind()}
         if isinstance(self.objective, Throughput):
             goal["requests"] = str(self.objective.requests)
+        if isinstance(self.objective, Concurrent):
+            ob = self.objective
+            goal.update(execution="concurrent", launch=str(problem.subgraph_overhead if ob.launch is None else ob.launch),
+                        handover=str(ob.handover), request=str(ob.request))
         info = {"method": label, **goal, **{k: str(v) for k, v in placed.info.items()}}
         part = Partition(method=label, devices=devices,
                          group_of=Array.of(problem.structure.anchor, np.int32),

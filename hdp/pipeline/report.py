@@ -85,6 +85,18 @@ def simulated_line(module, target) -> str:
         line += (f"\n{label} throughput with {n} requests in flight: {1 / period:.1f} requests/s "
                  f"({period * 1e3:.3f} ms per request; loads {part.info.get('load', '')})"
                  + (f", best single device {min(periods) * 1e3:.3f} ms per request" if periods else ""))
+    if part is not None and part.info.get("goal") == "concurrent":
+        from hdp.placement.objective import Concurrent
+
+        ob = Concurrent(launch=float(part.info["launch"]), handover=float(part.info["handover"]),
+                        request=float(part.info["request"]))
+        csim = Simulator(p.with_objective(ob))
+        gd = p.structure.group_devices(module.placement.device_of.numpy())
+        ones = [csim.cost(p.single(j)) for j in range(p.n_devices) if p.allowed[:, j].all()]
+        line += (f"\n{label} run by hdp's concurrent executor: {csim.cost(gd) * 1e3:.3f} ms "
+                 f"({csim.concurrent_subgraphs(gd)[1]} subgraphs; {ob.launch * 1e6:.1f} us per subgraph, "
+                 f"{ob.handover * 1e6:.1f} us per hand-over, {ob.request * 1e6:.1f} us per request)"
+                 + (f", best single device {min(ones) * 1e3:.3f} ms" if ones else ""))
     if part is not None and "memory" in part.info:
         line += f"\nmemory (estimated): {part.info['memory']}"
     return line

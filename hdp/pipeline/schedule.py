@@ -35,9 +35,10 @@ __all__ = ["STAGE_PASS", "build_passes", "compile_schedule", "default_method", "
 STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
 
 #: Options of ``partition`` itself (beside its method's); ``target`` and ``extra_ties`` are set by hdp.
-PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context")
+PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context", "execution",
+                     "launch", "handover", "request")
 #: The partition options that say what the placement optimises and under which memory.
-GOAL_OPTIONS = ("objective", "requests", "memory", "context")
+GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", "launch", "handover", "request")
 
 
 def takes_target(cls: type[Pass]) -> bool:

@@ -215,26 +215,35 @@ def subgraph_labels(eff, u_src, u_dst, label, scratch_parent, scratch_label, sta
 def concurrent_labels(eff, zero, u_src, u_dst, label, parent, fwd, bwd):
     """The subgraphs of concurrent execution: fills ``label``, returns their number.
 
-    A subgraph is a region of same-device edges whose ops agree on ``fwd``, the number of device
-    switches on the longest path reaching the op, and on ``bwd``, the same on the longest path
-    leaving it. So a subgraph's inputs from other devices are due at its start and its outputs to
-    other devices leave at its end (one infer request each): HETERO's subgraphs, further cut where
-    running them whole would hold a tensor back from a device that could already use it. The order
-    is acyclic: along an edge between subgraphs ``fwd`` never falls and ``bwd`` never rises, and
-    an edge keeping both is a same-device edge inside one subgraph. Edges touching a ``zero`` op
-    (Parameter, Constant, Result: no subgraph runs them) are ignored; each such op is alone.
+    A subgraph runs whole (one infer request), so a tensor another device needs should leave at its
+    end and a tensor it gets from another device should be due at its start. An op with a consumer
+    on another device (a *sender*) therefore ends its subgraph and an op with a producer on another
+    device (a *receiver*) starts one: ``fwd[v]`` is the longest path reaching ``v`` counting device
+    switches and edges out of senders, ``bwd[u]`` the longest path leaving ``u`` counting device
+    switches and edges into receivers, and a subgraph is a region of same-device edges whose ops
+    agree on both. These are HETERO's subgraphs cut further. The order is acyclic: along every
+    edge ``fwd`` never falls and ``bwd`` never rises, and an edge keeping both is a same-device edge
+    inside one subgraph. Edges touching a ``zero`` op (Parameter, Constant, Result: no subgraph
+    runs them) are ignored; each such op is alone.
     """
     n = eff.shape[0]
     for i in range(n):
         fwd[i] = 0
         bwd[i] = 0
         parent[i] = i
+        label[i] = 0  # scratch: bit 1 sender, bit 2 receiver
+    for e in range(u_src.shape[0]):
+        u = u_src[e]
+        v = u_dst[e]
+        if not zero[u] and not zero[v] and eff[u] != eff[v]:
+            label[u] |= 1
+            label[v] |= 2
     for e in range(u_src.shape[0]):
         u = u_src[e]
         v = u_dst[e]
         if zero[u] or zero[v]:
             continue
-        s = fwd[u] + (1 if eff[u] != eff[v] else 0)
+        s = fwd[u] + (1 if eff[u] != eff[v] or (label[u] & 1) else 0)
         if s > fwd[v]:
             fwd[v] = s
     for e in range(u_src.shape[0] - 1, -1, -1):
@@ -242,7 +251,7 @@ def concurrent_labels(eff, zero, u_src, u_dst, label, parent, fwd, bwd):
         v = u_dst[e]
         if zero[u] or zero[v]:
             continue
-        s = bwd[v] + (1 if eff[u] != eff[v] else 0)
+        s = bwd[v] + (1 if eff[u] != eff[v] or (label[v] & 2) else 0)
         if s > bwd[u]:
             bwd[u] = s
     for e in range(u_src.shape[0]):

@@ -18,6 +18,9 @@ producer's device and ``receive × copy`` to each device of ``R``; devices named
 its inputs in. The peer's workloads (Tarnawski et al., msr-fiddle/dnn-partitioning) use
 ``send=1, receive=1, free_comm=("CPU",)``.
 
+- :class:`Concurrent` — one request run by hdp's concurrent executor: the list-scheduled makespan
+  of its device subgraphs (per-device serial, copies on crossing edges, a launch per subgraph).
+
 Placers read the objective from the problem; a method that cannot optimise one declares the
 kinds it serves (:attr:`hdp.placers.options.PlacerOptions.serves`) and refuses the others.
 """
@@ -59,5 +62,20 @@ class Throughput(_Objective, tag="throughput"):
         return f"throughput ({self.requests} in flight)"
 
 
-Objective = Union[Latency, Throughput]
-KINDS: dict[str, type] = {c.kind(): c for c in (Latency, Throughput)}
+class Concurrent(_Objective, tag="concurrent"):
+    """The latency of one request run by hdp's concurrent executor (:mod:`hdp.runtime.concurrent`):
+    its device subgraphs at once, each device running one at a time
+    (:meth:`~hdp.placement.simulate.Simulator.latency_concurrent`). ``launch`` seconds per subgraph
+    (None: the cost table's subgraph overhead), ``handover`` per edge between subgraphs, ``request``
+    per inference: what ``hdp calibrate`` measured of the executor on this host, when it did."""
+
+    launch: Annotated[float, Meta(ge=0, le=10)] | None = None
+    handover: Annotated[float, Meta(ge=0, le=10)] = 0.0
+    request: Annotated[float, Meta(ge=0, le=10)] = 0.0
+
+    def label(self) -> str:
+        return "concurrent latency"
+
+
+Objective = Union[Latency, Throughput, Concurrent]
+KINDS: dict[str, type] = {c.kind(): c for c in (Latency, Throughput, Concurrent)}

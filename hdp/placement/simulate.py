@@ -59,7 +59,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.placement import _kernels as K
-from hdp.placement.objective import Throughput
+from hdp.placement.objective import Concurrent, Throughput
 from hdp.placement.problem import PlacementProblem
 
 #: The keys of :meth:`Simulator.report` every placement has; a placement's ``info`` holds them for the
@@ -238,13 +238,19 @@ class Simulator:
 
     def cost(self, group_device: np.ndarray) -> float:
         """The problem's objective in seconds per request (lower is better)."""
-        if isinstance(self.objective, Throughput):
+        ob = self.objective
+        if isinstance(ob, Throughput):
             return self.period(group_device)
+        if isinstance(ob, Concurrent):
+            return self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request)
         return self.latency(group_device)
 
     def costs(self, matrix: np.ndarray) -> np.ndarray:
         """:meth:`cost` of every row of a (placements x groups) matrix."""
-        if not isinstance(self.objective, Throughput):
+        ob = self.objective
+        if isinstance(ob, Concurrent):
+            return self.latencies_concurrent(matrix, ob.launch, ob.handover, ob.request)
+        if not isinstance(ob, Throughput):
             return self.latencies(matrix)
         d = self._check(np.atleast_2d(matrix))
         out = np.empty(d.shape[0])
@@ -295,6 +301,10 @@ class Simulator:
         comp, copy, nsub = self.terms(group_device)
         out = {"simulated": comp + copy + self.overhead * nsub, "compute": comp, "copy": copy,
                "subgraphs": nsub, "lower_bound": self.problem.lower_bound()}
+        ob = self.objective
+        if isinstance(ob, Concurrent):
+            out["concurrent"] = self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request)
+            out["concurrent_subgraphs"] = self.concurrent_subgraphs(group_device)[1]
         if isinstance(self.objective, Throughput):
             loads = self.loads(group_device)
             out["period"] = max(out["simulated"] / self.requests, float(loads.max(initial=0.0)))

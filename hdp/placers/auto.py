@@ -49,6 +49,7 @@ lr             1e-3     its learning rate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -58,6 +59,7 @@ import numpy as np
 
 from hdp.placers import PlaceContext, Placed, note_head, note_time, place
 from hdp.placers.measured import RUN_SLACK, MeasuredEvaluator, compile_estimate, ms
+from hdp.placement.objective import Latency
 from hdp.placers.options import Auto, Heft, HeteroAuto, Optimal
 
 #: Mixed candidates simulated slower than this × the best single device are not measured.
@@ -113,8 +115,12 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
     left = _left(deadline)
     opt = Optimal() if left == math.inf else Optimal(time_limit=max(1.0, min(60.0, 0.25 * left)))
     for label, opts in (("optimal", opt), ("heft", Heft()), ("hetero-auto", HeteroAuto())):
+        sub = ctx
+        if label == "optimal" and p.objective.kind() not in Optimal.serves:
+            # the sequential optimum, a candidate priced like the others by the objective
+            sub = dataclasses.replace(ctx, problem=p.with_objective(Latency()))
         try:
-            gd = place(opts, ctx).group_device
+            gd = place(opts, sub).group_device
         except InputError:  # over a device's memory: not a candidate (optimal fails only when nothing fits)
             if label == "optimal":
                 raise

@@ -34,7 +34,7 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     summary: ClassVar[str] = ""
     #: The objectives (:mod:`hdp.placement.objective` kinds) the method can place for; ``place()``
     #: refuses the others with a one-line error.
-    serves: ClassVar[frozenset[str]] = frozenset({"latency", "throughput"})
+    serves: ClassVar[frozenset[str]] = frozenset({"latency", "throughput", "concurrent"})
 
     @classmethod
     def name(cls) -> str:
@@ -108,6 +108,9 @@ class Optimal(PlacerOptions, tag="optimal"):
     margin: Annotated[float, Meta(ge=0, lt=1, description="a share of the best single device's latency")] | None = None
     needs = ("costs",)
     arg_field = "solver"
+    #: exact for sequential HETERO (and its throughput); a concurrent makespan is a scheduling
+    #: problem its min-cut / ILP does not model
+    serves = frozenset({"latency", "throughput"})
     summary = "exact optimum of the sequential cost model: min-cut (2 devices) or ILP (optimal:ilp, >2)"
 
 
