@@ -481,6 +481,7 @@ def test_hdp_compile_execution_concurrent(tmp_path):
     r = CliRunner().invoke(main, args + ["--method", "heft"])
     assert r.exit_code == 0, r.output
     assert "run by hdp's concurrent executor" in r.output
+    assert "checked: runs concurrently (hdp's executor)" in r.output  # and the written file under HETERO
     r = CliRunner().invoke(main, args + ["--method", "optimal"])
     assert r.exit_code == 2 and "cannot place for the concurrent objective" in r.output
     assert len([x for x in r.output.splitlines() if "error" in x]) == 1

@@ -109,7 +109,13 @@ class Check(_AfterPlacement):
     def run(self, module: Module) -> Module:
         from hdp.runtime.verify import PlacementChecker, verify_and_repair
 
-        self.checker = PlacementChecker(module, self.target, **({"timeout": self.timeout} if self.timeout else {}))
+        from hdp.passes.partition import PartitionPass
+        from hdp.placement.objective import Concurrent
+
+        part = next((p for p in self.passes if isinstance(p, PartitionPass)), None)
+        execution = "concurrent" if part is not None and isinstance(part.objective, Concurrent) else "sequential"
+        self.checker = PlacementChecker(module, self.target, **({"timeout": self.timeout} if self.timeout else {}),
+                                        execution=execution)
         self.verified = verify_and_repair(module, self.target, self.replace, self.checker)
         return self.verified.module
 

@@ -106,28 +106,32 @@ def tolerance(target: Target, used: list[str], stateful: bool = False) -> float:
 
 
 class PlacementChecker:
-    """Checks placements of one module on one target, reusing one worker."""
+    """Checks placements of one module on one target, reusing one worker. ``execution``: how
+    :meth:`check` runs a placement (HETERO, or hdp's concurrent executor); a written file
+    (:meth:`check_file`) is always checked under HETERO, so a placement placed for the concurrent
+    executor is checked both ways."""
 
-    def __init__(self, module: Module, target: Target, timeout: float = 300.0):
+    def __init__(self, module: Module, target: Target, timeout: float = 300.0, execution: str = "sequential"):
         from hdp.runtime.measure import Measurer
 
         self.module = module
         self.target = target
+        self.execution = execution
         self.check_target, self.rename = check_target(target)
         self.measurer = Measurer(module, self.check_target, runs=1, warmup=0, timeout=timeout, cache=False)
         self.stateful = "state_shapes" in module.meta
 
-    def _result(self, reply: dict, used: list[str]) -> CheckResult:
+    def _result(self, reply: dict, used: list[str], execution: str = "sequential") -> CheckResult:
         floor = max(reply.get("device_errors", {}).values(), default=0.0)
         tol = calibrated(tolerance(self.target, used, bool(reply.get("stateful"))), [floor])
         stand = any(d in self.rename for d in used)
         if not reply.get("passed"):
             return CheckResult(passed=False, error=str(reply.get("error", "failed")), tolerance=tol, stand_ins=stand,
-                               seconds=float(reply.get("seconds", 0.0)))
+                               seconds=float(reply.get("seconds", 0.0)), execution=execution)
         err = float(reply.get("max_error", 0.0))
         ok = err <= tol
         return CheckResult(passed=ok, max_error=err, tolerance=tol, runs=int(reply.get("runs", 0)), stand_ins=stand,
-                           seconds=float(reply.get("seconds", 0.0)), floor=floor,
+                           seconds=float(reply.get("seconds", 0.0)), floor=floor, execution=execution,
                            error="" if ok else f"outputs differ from the original: relative error {err:.3g} "
                                                f"at {reply.get('where')} (tolerance {tol:.0e})")
 
@@ -137,7 +141,8 @@ class PlacementChecker:
         used = [devices[int(k)] for k in np.unique(dev)]
         names = tuple(self.rename.get(d, d) for d in devices)
         base = tolerance(self.target, used, self.stateful)
-        return self._result(self.measurer.check(dev, names, tolerance=base), used)
+        return self._result(self.measurer.check(dev, names, tolerance=base, execution=self.execution), used,
+                            self.execution)
 
     def check_module(self, module: Module) -> CheckResult:
         pl = module.placement
