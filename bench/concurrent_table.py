@@ -10,6 +10,8 @@ tower B on CPU_B of ``virtual-2x1``), these candidates are timed **interleaved**
 one inference each per round in a balanced rotating order (:func:`hdp.runtime.stats.round_order`):
 
 - ``concurrent``: ``compile_placed(xml, execution="concurrent")``, the device subgraphs at once;
+- ``concurrent-unpinned``: the same with the lanes not pinned (every device's ``ENABLE_CPU_PINNING``
+  off), when the target pins: on a loaded host a pinned thread cannot leave a busy core;
 - ``hetero``: ``compile_placed(xml)``, the same file under HETERO, one subgraph after another;
 - ``single:<dev>``: the model on one device of the target (its configuration), for each device;
 - ``cpu-all``: the plain CPU plugin in f32 with every core of the host (the best single compile
@@ -105,6 +107,15 @@ def _inputs(model) -> list:
     return random_inputs(model, seed=0, shapes=shapes)
 
 
+def _unpinned(target):
+    """``target`` with ``ENABLE_CPU_PINNING=NO`` on every device (the executor then pins nothing)."""
+    import msgspec
+
+    devs = [msgspec.structs.replace(d, config={**d.config, "ENABLE_CPU_PINNING": "NO"})
+            if d.config.get("ENABLE_CPU_PINNING", "").upper() == "YES" else d for d in target.devices]
+    return msgspec.structs.replace(target, devices=devs)
+
+
 def candidates(xml: Path) -> tuple[dict, list]:
     import openvino as ov
 
@@ -114,6 +125,9 @@ def candidates(xml: Path) -> tuple[dict, list]:
     pm = read_placed(xml)
     core = make_core(pm.target, pm.devices)
     out = {"concurrent": compile_placed(xml, execution="concurrent"), "hetero": compile_placed(xml, core=core)}
+    floating = _unpinned(pm.target)
+    if floating != pm.target:  # the same executor with its lanes left to the OS scheduler
+        out["concurrent-unpinned"] = compile_placed(xml, target=floating, execution="concurrent")
     for d in pm.devices:
         out[f"single:{d}"] = core.compile_model(read_placed(xml).model, d)
     out["cpu-all"] = ov.Core().compile_model(read_placed(xml).model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
