@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from hdp.cli_cache import cache_group
 from hdp.cli_calibrate import calibrate_cmd
+from hdp.cli_costgraph import place_cmd
 from hdp.cli_common import (cache_options, cache_scoped, check_paths, pass_cache, shape_options,
                              shape_request, target_from, target_path, timeout_option, user_errors, with_options,
                              worker_scoped)
@@ -194,14 +195,25 @@ def export_cmd(placed, output, target):
 @main.command("lower")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Module file (.hdp).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "openvino", "hdp", "dnn-partitioning"]), default="auto",
+              show_default=True, help="MODEL's format: an OpenVINO model, or a cost graph (JSON) in hdp's format or "
+                                      "msr-fiddle/dnn-partitioning's (auto: .json files are cost graphs).")
 @with_options(shape_options)
 @user_errors
-def lower_cmd(model, output, input_shape, seq_len, phase):
-    """Lower an OpenVINO model into an hdp Module file."""
-    from hdp.ir.openvino_frontend import lower
+def lower_cmd(model, output, fmt, input_shape, seq_len, phase):
+    """Lower an OpenVINO model, or a cost graph, into an hdp Module file."""
     from hdp.ir.serde import save
 
     check_paths(inputs={"MODEL": model}, outputs={"-o": output})
+    if fmt in ("hdp", "dnn-partitioning") or (fmt == "auto" and model.lower().endswith(".json")):
+        from hdp.costgraph import lower, read
+
+        m = lower(read(model, fmt))
+        save(m, output)
+        click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges, devices {', '.join(m.costs.devices)} -> {output}")
+        return
+    from hdp.ir.openvino_frontend import lower
+
     m = lower(model, shape_request(input_shape, seq_len, phase))
     save(m, output)
     click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges -> {output}")
@@ -360,6 +372,7 @@ main.add_command(targets_cmd)
 main.add_command(evaluate_cmd)
 main.add_command(profile_cmd)
 main.add_command(calibrate_cmd)
+main.add_command(place_cmd)
 
 
 def run():  # pragma: no cover

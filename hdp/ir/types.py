@@ -18,7 +18,8 @@ import msgspec
 #: 2: ``Graph.fragile`` and ``Graph.ties`` (schema-1 modules decode with neither).
 #: 3: ``Costs.op_se`` and ``Costs.device_class`` (older modules decode with neither).
 #: 4: ``Graph.live_shapes`` (older modules decode without it).
-SCHEMA_VERSION = 4
+#: 5: ``Costs.edge_time`` (cost graphs: a transfer time per edge instead of the link model).
+SCHEMA_VERSION = 5
 
 #: Module fields that passes may require or provide, in pipeline order.
 STAGES = ("graph", "features", "support", "costs", "coarse", "partition", "placement")
@@ -132,6 +133,10 @@ class Costs(msgspec.Struct, frozen=True, gc=False):
     #: per device: what it is (plugin, precision it runs, threads, ...; "modeled" for modeled ones);
     #: devices with the same class share one profile (:mod:`hdp.runtime.denoise`). Empty: not known
     device_class: tuple[str, ...] = ()
+    #: float64 per edge (graph CSR order): seconds one copy of the edge's tensor costs across a
+    #: device boundary, replacing ``link_latency + bytes / link_bandwidth`` (cost graphs give it per
+    #: tensor, :mod:`hdp.costgraph`); None: the link model prices every copy
+    edge_time: Array | None = None
 
 
 class Coarse(msgspec.Struct, frozen=True, gc=False):

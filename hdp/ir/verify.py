@@ -149,6 +149,10 @@ def verify(m: Module) -> None:
         _check(len(c.measured_total) in (0, d), "costs.measured_total length differs from devices")
         for x in c.measured_total:
             _finite_nonneg(x, "costs.measured_total")
+        if c.edge_time is not None:
+            et = arr(c.edge_time, "costs.edge_time", "float", 1, (e,))
+            _check(bool(np.all(np.isfinite(et) & (et >= 0) & (et <= MAX_SECONDS))),
+                   f"costs.edge_time must be finite, >= 0 and <= {MAX_SECONDS:g} s")
     if m.coarse is not None:
         c = m.coarse
         k = c.n_groups

@@ -16,11 +16,15 @@ device per op (:meth:`Structure.op_devices`).
   This makes the price of a placement a function of the device of every op alone: ties learned
   by a repair (which merge groups) do not change it.
 - ``t_cost[t]``: seconds one copy of tensor ``t`` costs across a device boundary
-  (``link_latency + bytes / link_bandwidth``).
+  (``link_latency + bytes / link_bandwidth``; a cost graph's own transfer time where the cost
+  table gives one per edge, ``Costs.edge_time``: the largest over the tensor's edges).
 - ``objective``: what placers optimise and the simulator's :meth:`~hdp.placement.simulate.Simulator.cost`
   prices (:mod:`hdp.placement.objective`).
 - ``memory``: bytes per group (:mod:`hdp.placement.memory`) and ``capacity[d]`` the bytes device
   ``d`` holds (``inf``: unlimited). A placement is feasible iff every device's memory fits.
+
+A Module whose ``meta["placement_rules"]`` is ``"ties"`` (an abstract cost graph,
+:mod:`hdp.costgraph`) gets the structure of its ties alone (see :mod:`hdp.placement.structure`).
 """
 
 from __future__ import annotations
@@ -154,7 +158,7 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
             raise InputError("placing needs the devices: run the support pass first")
         devices = tuple(src.devices)
     devices = tuple(devices)
-    st = build_structure(g, extra_ties)
+    st = build_structure(g, extra_ties, closed=module.meta.get("placement_rules") != "ties")
     n, nd = g.n_ops, len(devices)
     types = np.array([op.type for op in g.ops], dtype=object)
     free = np.isin(types, list(FREE_TYPES)) | (st.role == CONE)  # no time, no support needed
@@ -194,6 +198,8 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     if c is not None:
         lat, bw, ovh = float(c.link_latency), float(c.link_bandwidth), float(c.subgraph_overhead)
         t_cost = lat + st.t_bytes / (bw if bw > 0 else np.inf)
+        if c.edge_time is not None:
+            t_cost = _tensor_times(g, st, c.edge_time.numpy())
     else:
         lat, bw, ovh = 0.0, float("inf"), 0.0
         t_cost = np.zeros(st.n_tensors)
@@ -209,6 +215,21 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
             raise ValueError(f"capacity has {len(capacity)} entries for {nd} devices")
         p = p.with_capacity(capacity)
     return p
+
+
+def _tensor_times(g, st: Structure, edge_time: np.ndarray) -> np.ndarray:
+    """Per tensor of ``st``, the largest ``edge_time`` over the edges leaving its producer's port."""
+    from hdp.ir.build import edge_sources
+
+    if not st.n_tensors:
+        return np.zeros(0)
+    src = edge_sources(g).astype(np.int64)
+    port = g.src_port.numpy().astype(np.int64)
+    nport = int(port.max()) + 1 if port.size else 1
+    key = src * nport + port
+    best = np.zeros(g.n_ops * nport)
+    np.maximum.at(best, key, np.asarray(edge_time, np.float64))
+    return best[st.t_op.astype(np.int64) * nport + st.t_port.astype(np.int64)]
 
 
 def replicated_units(st: Structure, op_time: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -60,6 +60,12 @@ of constant data and replicated chains, and a live ShapeOf's read of its input
 such a split, ...) are found by ``hdp compile``'s check and repaired (:mod:`hdp.runtime.verify`).
 
 Groups are numbered in a topological order of the contracted graph.
+
+An abstract cost graph (:mod:`hdp.costgraph`) is no HETERO model: its ties (colour classes) are
+the only rule, so :func:`build_structure` with ``closed=False`` neither closes groups over paths nor
+merges groups on cycles. Its contracted graph may then be cyclic (a training graph ties each
+forward node to its backward node); groups are numbered by their first member op, and only
+objectives that need no order (compute, copies, per-device loads) are exact on it.
 """
 
 from __future__ import annotations
@@ -105,6 +111,11 @@ class Structure:
     h_src: np.ndarray  # int32
     h_dst: np.ndarray  # int32
     state_ops: np.ndarray  # int32: the placed ReadValue and Assign ops
+    t_op: np.ndarray  # int32 per tensor: producer op
+    t_port: np.ndarray  # int32 per tensor: producer output port
+    #: the contracted graph is acyclic and groups are in its topological order (False only for
+    #: cost graphs built with ``closed=False``)
+    acyclic: bool = True
 
     @property
     def n_ops(self) -> int:
@@ -179,9 +190,10 @@ def roles(graph: Graph) -> np.ndarray:
     return role
 
 
-def build_structure(graph: Graph, extra_ties=()) -> Structure:
+def build_structure(graph: Graph, extra_ties=(), closed: bool = True) -> Structure:
     """The :class:`Structure` of ``graph``; ``extra_ties`` are more pairs of ops that must share a
-    device (learned when a placement failed its check, see :mod:`hdp.runtime.verify`)."""
+    device (learned when a placement failed its check, see :mod:`hdp.runtime.verify`).
+    ``closed=False``: the ties alone make the groups (cost graphs, see the module docstring)."""
     n = graph.n_ops
     types = [op.type for op in graph.ops]
     role = roles(graph)
@@ -265,11 +277,14 @@ def build_structure(graph: Graph, extra_ties=()) -> Structure:
             readers = [c for c in consumers_of(i) if types[c] != "Result"]
             uf.merge(i, min(readers, key=lambda c: (depth[root[c]], c)) if readers else int(first_placed[i]))
 
-    group_of = _close_groups(n, placed, uf, e_src, e_dst)
+    if closed:
+        group_of = _close_groups(n, placed, uf, e_src, e_dst)
+    else:
+        group_of = np.where(placed, _min_roots(uf, n), -1)
     h_src, h_dst = hetero_edges(graph, role)
     state = np.array([i for i in np.nonzero(placed)[0] if types[i] in ("ReadValue", "Assign")], np.int32)
     return _contract(graph, role, placed, group_of, first_placed, reach, e_src, e_dst, port, ebytes, types,
-                     h_src, h_dst, state)
+                     h_src, h_dst, state, closed)
 
 
 def hetero_edges(graph: Graph, role: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -423,7 +438,8 @@ def _reach(ptr, idx, start, ok) -> set[int]:
     return seen
 
 
-def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port, ebytes, types, h_src, h_dst, state):
+def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port, ebytes, types, h_src, h_dst, state,
+              closed=True):
     n = graph.n_ops
     pl = np.nonzero(placed)[0]
     uniq, inv = np.unique(root[pl], return_inverse=True)
@@ -436,7 +452,10 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
     pairs = np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0).reshape(-1, 2)
     first_member = np.full(k, n, np.int64)
     np.minimum.at(first_member, tmp[pl], pl)
-    order = _toposort(k, pairs[:, 0], pairs[:, 1], first_member)
+    order = _toposort(k, pairs[:, 0], pairs[:, 1], first_member, strict=closed)
+    acyclic = order is not None
+    if not acyclic:
+        order = np.argsort(first_member, kind="stable")
     rank = np.empty(k, np.int64)
     rank[order] = np.arange(k)
     group_of = np.full(n, -1, np.int32)
@@ -460,7 +479,7 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
         anchor[free & (anchor < 0)] = 0
 
     # tensors: (placed producer, port) -> distinct consumer groups other than its own
-    t_prod, t_bytes, t_cons_lists = [], [], []
+    t_prod, t_bytes, t_cons_lists, t_op, t_port = [], [], [], [], []
     indptr, succ = graph.indptr.numpy(), graph.indices.numpy()
     for i in pl:
         lo, hi = indptr[i], indptr[i + 1]
@@ -482,6 +501,8 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
             groups.discard(g)
             if groups:
                 t_prod.append(g)
+                t_op.append(int(i))
+                t_port.append(pt)
                 t_bytes.append(nb)
                 t_cons_lists.append(sorted(groups))
     t_ptr = np.zeros(len(t_prod) + 1, np.int64)
@@ -498,15 +519,19 @@ def _contract(graph, role, placed, root, first_placed, reach, e_src, e_dst, port
                   m_ptr=m_ptr, m_ops=m_ops.astype(np.int32), g_ptr=g_ptr, g_idx=g_idx.astype(np.int32),
                   r_ptr=r_ptr, r_ops=r_ops.astype(np.int32), t_prod=np.asarray(t_prod, np.int32),
                   t_bytes=np.asarray(t_bytes, np.int64), t_ptr=t_ptr, t_cons=t_cons, counted=counted,
-                  h_src=h_src, h_dst=h_dst, state_ops=state)
+                  h_src=h_src, h_dst=h_dst, state_ops=state, t_op=np.asarray(t_op, np.int32),
+                  t_port=np.asarray(t_port, np.int32), acyclic=acyclic)
     _ro(s.role, s.group_of, s.anchor, s.m_ptr, s.m_ops, s.g_ptr, s.g_idx, s.r_ptr, s.r_ops, s.t_prod,
-        s.t_bytes, s.t_ptr, s.t_cons, s.counted, s.h_src, s.h_dst, s.state_ops)
+        s.t_bytes, s.t_ptr, s.t_cons, s.counted, s.h_src, s.h_dst, s.state_ops, s.t_op, s.t_port)
     return s
 
 
-def _toposort(k, a, b, key) -> np.ndarray:
-    """Topological order of the graph over groups (ties by ``key``); it is acyclic by construction."""
+def _toposort(k, a, b, key, strict: bool = True) -> np.ndarray | None:
+    """Topological order of the graph over groups (ties by ``key``); it is acyclic by construction,
+    except for cost graphs (``strict=False``: None on a cycle)."""
     try:
         return topological_order(k, a, b, key=key)
     except ValueError:
+        if not strict:
+            return None
         raise AssertionError("the contracted group graph has a cycle after closing the groups") from None
