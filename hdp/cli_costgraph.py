@@ -35,8 +35,8 @@ def place_costgraph(module, objective: str, method: str, time_limit: float = 60.
     """(device per group, info) of ``method`` on a cost graph's Module under ``objective``.
 
     ``throughput`` is the largest per-device load with the caps (:mod:`hdp.placement.maxload`):
-    ``optimal`` solves it exactly (MILP), other methods place for their own goal and are scored
-    by it. ``latency`` runs the method on the sequential cost model, as for a model."""
+    ``optimal`` optimises it (heuristics, then the MILP within ``time_limit``, with its proven
+    bound), other methods place for their own goal and are scored by it. ``latency`` runs the method on the sequential cost model, as for a model."""
     from hdp.costgraph import max_load_data
     from hdp.placement import maxload as ML
     from hdp.placement.problem import problem_of
@@ -47,7 +47,7 @@ def place_costgraph(module, objective: str, method: str, time_limit: float = 60.
     ml = max_load_data(p, module)
     t0 = time.perf_counter()
     if objective == "throughput" and method.partition(":")[0] == "optimal":
-        s = ML.solve(p, ml, time_limit=time_limit)
+        s = ML.optimize(p, ml, time_limit=time_limit, seed=seed)
         gd = s.group_device
         info = {"method": "optimal", "status": s.status, "bound": s.bound, "gap": s.gap}
     else:
