@@ -114,7 +114,9 @@ def test_hdp_has_no_import_circle():
 #: hdp's layers, lowest first. A module may import modules of its own layer and of the layers below
 #: it, never above: an IR that knows the placement rules, a placement core that needs the runtime,
 #: a runtime that runs placers or passes, all made one cycle through six packages before.
-LAYERS = ("base", "ir", "placement", "runtime", "learn", "placers", "passes", "pipeline", "cli")
+#: costgraph (abstract placement problems from JSON, issue 19) lowers into the IR and prices with
+#: the placement core, like a frontend that knows the problem it builds.
+LAYERS = ("base", "ir", "placement", "costgraph", "runtime", "learn", "placers", "passes", "pipeline", "cli")
 #: The table of allowed directions, from the order above: layer -> the layers it may import.
 ALLOWED = {layer: set(LAYERS[:i + 1]) for i, layer in enumerate(LAYERS)}
 #: The layer of each top-level module (a subpackage's layer is its name). A new top-level module
@@ -126,7 +128,7 @@ TOP_LEVEL = {
     # check decodes with its greedy loop (zoo.generate)
     "zoo": "base", "zoo_common": "base", "zoo_keras": "base", "zoo_transformers": "base",
     "cli": "cli", "__main__": "cli", "cli_cache": "cli", "cli_calibrate": "cli", "cli_common": "cli",
-    "cli_runtime": "cli", "show": "cli", "warmup": "cli", "synth": "cli",
+    "cli_runtime": "cli", "cli_costgraph": "cli", "show": "cli", "warmup": "cli", "synth": "cli",
 }
 
 
