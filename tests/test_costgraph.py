@@ -260,6 +260,9 @@ def test_milp_equals_brute_force_with_ties_caps_and_identical_devices(tmp_path, 
     m, p, ml = problem_of_file(f)
     assert ML.symmetry_classes(p, ml) == [[1, 2, 3]]
     want, _ = brute_force(p, ml)
+    assert ML.balance_bound(p, ml) <= want * (1 + 1e-9)
+    s = ML.optimize(p, ml, time_limit=30)
+    assert s.status == "optimal" and s.value == pytest.approx(want, rel=1e-6) and ML.feasible(p, ml, s.group_device)
     for symmetry in (True, False):
         s = ML.solve(p, ml, time_limit=30, symmetry=symmetry)
         assert s.status == "optimal" and ML.feasible(p, ml, s.group_device)
