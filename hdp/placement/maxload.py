@@ -371,10 +371,11 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     k = problem.n_groups
     classes = device_classes(problem, ml)
     order = np.arange(k, dtype=np.int64) if order is None else np.asarray(order, np.int64)
+    n = order.shape[0]  # the groups cut into blocks (others keep device 0 here)
     seg = []
     for c in classes:
         d = c[0]
-        out = np.full((k + 1, k + 1), np.inf)
+        out = np.full((n + 1, n + 1), np.inf)
         K.segment_loads(order, np.ascontiguousarray(a.time[:, d]), bool(a.paid[d]), a.gbytes, float(a.cap[d]),
                         np.isfinite(a.time[:, d]), a.t_prod, a.t_ptr, a.t_cons, a.t_cost, a.g_ptr, a.g_tens, out)
         seg.append(out)
@@ -382,7 +383,7 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     import itertools
 
     states = sorted(itertools.product(*[range(s + 1) for s in sizes]), key=sum)
-    val = {s: np.full(k + 1, np.inf) for s in states}
+    val = {s: np.full(n + 1, np.inf) for s in states}
     back: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     val[states[0]][0] = 0.0
     for s in states:
@@ -395,17 +396,17 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
             nxt = s[:ci] + (s[ci] + 1,) + s[ci + 1:]
             cand = np.maximum(v[:, None], seg[ci])  # [b, b2]
             arg = np.argmin(cand, axis=0)
-            best = cand[arg, np.arange(k + 1)]
+            best = cand[arg, np.arange(n + 1)]
             better = best < val[nxt]
             if better.any():
                 val[nxt] = np.where(better, best, val[nxt])
-                pb, pc = back.get(nxt, (np.full(k + 1, -1), np.full(k + 1, -1)))
+                pb, pc = back.get(nxt, (np.full(n + 1, -1), np.full(n + 1, -1)))
                 back[nxt] = (np.where(better, arg, pb), np.where(better, ci, pc))
-    end = min(states, key=lambda s: val[s][k])
-    if not np.isfinite(val[end][k]):
+    end = min(states, key=lambda s: val[s][n])
+    if not np.isfinite(val[end][n]):
         return None
     gd = np.zeros(k, np.int64)
-    s, b = end, k
+    s, b = end, n
     used = [0] * len(classes)
     while b > 0:
         pb, pc = back[s]
@@ -427,13 +428,17 @@ def heuristic(problem, ml: MaxLoad, seed: int = 0, restarts: int = 20, kick: flo
     a = _Arrays(problem, ml)
     k, nd = problem.n_groups, problem.n_devices
     found: dict[bytes, tuple[float, np.ndarray]] = {}
-    light = _light(problem)
-    for order in group_orders(problem).values():
-        for start in (chain_split(problem, ml, a, order), _with_light(problem, ml, a, order, light)):
-            if start is None:
-                continue
-            gd, w = a.local_search(start)
-            found[gd.tobytes()] = (w, gd)
+    orders = group_orders(problem)
+    starts_ = [chain_split(problem, ml, a, order) for order in orders.values()]
+    for share in (0.002, 0.02, 0.05):  # pipelines of the heavier groups, the light ones beside their neighbours
+        light = _light(problem, share)
+        starts_ += [_with_light(problem, ml, a, orders[o], light) for o in ("first", "heavy-first", "spectral")
+                    if o in orders]
+    for start in starts_:
+        if start is None:
+            continue
+        gd, w = a.local_search(start)
+        found[gd.tobytes()] = (w, gd)
     if not found:  # no pipeline fits: start from each group on its fastest device that holds it
         gd, w = a.local_search(np.argmin(a.time, axis=1))
         found[gd.tobytes()] = (w, gd)
