@@ -307,3 +307,30 @@ def test_cli_lower_and_place_write_a_split_their_scorer_accepts(tmp_path):
     assert r.exit_code == 2 and "breaks a memory cap" in r.output and not (tmp_path / "heft.json").exists()
     r = run("place", f2, "-o", tmp_path / "opt.json")
     assert r.exit_code == 0 and peer_scoring.score(f2, tmp_path / "opt.json", strict=True)[0] > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chain_split_is_the_best_pipeline(tmp_path, seed):
+    """chain_split against every placement whose devices each hold one consecutive block of the
+    given order (caps and ties included), and the heuristic never worse than it."""
+    rng = np.random.default_rng(200 + seed)
+    f = write(tmp_path, "w.json", random_workload(rng, 8, 2, cap=25.0, classes=1))
+    m, p, ml = problem_of_file(f)
+    order = rng.permutation(p.n_groups)
+    pos = np.empty(p.n_groups, np.int64)
+    pos[order] = np.arange(p.n_groups)
+    want = np.inf
+    for gd in itertools.product(*[np.flatnonzero(p.allowed[g]) for g in range(p.n_groups)]):
+        gd = np.array(gd)
+        blocks = [np.sort(pos[gd == d]) for d in range(p.n_devices)]
+        if all(b.size == 0 or b[-1] - b[0] + 1 == b.size for b in blocks):
+            load, mem = ML.loads(p, ml, gd)
+            if (mem <= ml.capacity).all():
+                want = min(want, load.max())
+    got = ML.chain_split(p, ml, order=order)
+    if not np.isfinite(want):
+        assert got is None
+        return
+    assert ML.feasible(p, ml, got) and ML.max_load(p, ml, got) == pytest.approx(want, rel=1e-9)
+    gd, v = ML.heuristic(p, ml, restarts=2)
+    assert ML.feasible(p, ml, gd) and v <= ML.max_load(p, ml, ML.chain_split(p, ml)) * (1 + 1e-12)
