@@ -34,16 +34,16 @@ def load_costgraph(path: str, fmt: str):
 def place_costgraph(module, objective: str, method: str, time_limit: float = 60.0, seed: int = 0):
     """(device per group, info) of ``method`` on a cost graph's Module under ``objective``.
 
-    ``throughput`` is the largest per-device load with the caps (:mod:`hdp.placement.maxload`):
-    ``optimal`` optimises it (heuristics, then the MILP within ``time_limit``, with its proven
-    bound), other methods place for their own goal and are scored by it. ``latency`` runs the method on the sequential cost model, as for a model."""
-    from hdp.costgraph import max_load_data
+    ``throughput`` is the largest per-device load with the caps (the problem's objective,
+    :func:`hdp.costgraph.throughput_objective`): ``optimal`` runs :func:`hdp.placement.maxload.optimize`
+    (heuristics, then the MILP within ``time_limit``, with its proven bound); other methods place
+    the same problem as for a model (those that serve no throughput refuse). ``latency`` runs the method on the sequential cost model, as for a model."""
+    from hdp.costgraph import max_load_data, problem_for
     from hdp.placement import maxload as ML
-    from hdp.placement.problem import problem_of
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
 
-    p = problem_of(module)
+    p = problem_for(module, objective)
     ml = max_load_data(p, module)
     t0 = time.perf_counter()
     if objective == "throughput" and method.partition(":")[0] == "optimal":
@@ -58,7 +58,7 @@ def place_costgraph(module, objective: str, method: str, time_limit: float = 60.
     load, mem = ML.loads(p, ml, gd)
     info.update(max_load=float(load.max()), loads=load, memory=mem, feasible=ML.feasible(p, ml, gd))
     if objective == "latency":
-        from hdp.runtime.simulate import Simulator
+        from hdp.placement.simulate import Simulator
 
         info["latency"] = Simulator(p).latency(gd)
     return p, np.asarray(gd, np.int64), info

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import peer_scoring
 from hdp.cli import main
-from hdp.costgraph import lower, max_load_data, read
+from hdp.costgraph import lower, max_load_data, problem_for, read
 from hdp.costgraph.peer import read_split, split_json
 from hdp.errors import InputError
 from hdp.placement import maxload as ML
@@ -334,3 +334,29 @@ def test_chain_split_is_the_best_pipeline(tmp_path, seed):
     assert ML.feasible(p, ml, got) and ML.max_load(p, ml, got) == pytest.approx(want, rel=1e-9)
     gd, v = ML.heuristic(p, ml, restarts=2)
     assert ML.feasible(p, ml, gd) and v <= ML.max_load(p, ml, ML.chain_split(p, ml)) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name", ["bert24_training", "gnmt_inference", "bert_l-3_inference"])
+def test_the_simulator_prices_their_throughput_rule(name, tmp_path):
+    """hdp's simulator under the cost graph's throughput objective (send 1, receive 1, the CPU
+    free) gives their scorer's max-load, and its memory estimate is the sum of the nodes' sizes."""
+    from hdp.placement.simulate import Simulator
+
+    wf = DATA / f"{name}.json"
+    m = lower(read(wf))
+    p = problem_for(m)
+    ml = max_load_data(p, m)
+    sim = Simulator(p)
+    rng = np.random.default_rng(5)
+    splits = [read_split(str(DATA / "dp" / f"{name}.json"), m, p.devices)]
+    splits += [p.op_devices(np.array([rng.choice(np.flatnonzero(p.allowed[g])) for g in range(p.n_groups)]))
+               for _ in range(3)]
+    for dev in splits:
+        gd = p.structure.group_devices(dev)
+        load, mem = ML.loads(p, ml, gd)
+        doc = split_json(m, p.devices, dev, load)
+        theirs = peer_scoring.score(wf, doc, strict=False)[0]
+        assert sim.cost(gd) == pytest.approx(theirs, rel=1e-9)
+        assert sim.loads(gd) == pytest.approx(load, rel=1e-9, abs=1e-12)
+        assert sim.memory(gd) == pytest.approx(mem, rel=1e-12)
+        assert sim.feasible(gd) == ML.feasible(p, ml, gd)

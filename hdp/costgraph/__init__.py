@@ -26,11 +26,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from hdp.costgraph.graph import (COST_OP, FORMATS, CostGraph, capacities, check, free_comm, is_costgraph,
-                                 load_json, lower, max_load_data)
+                                 load_json, lower, max_load_data, problem_for, throughput_objective)
 from hdp.errors import InputError
 
 __all__ = ["COST_OP", "FORMATS", "CostGraph", "capacities", "check", "detect", "free_comm", "is_costgraph",
-           "load_json", "lower", "max_load_data", "read"]
+           "load_json", "lower", "max_load_data", "problem_for", "read",
+           "throughput_objective"]
 
 
 def detect(path: str | Path, data) -> str:

@@ -171,3 +171,30 @@ def max_load_data(problem, module):
     from hdp.placement.maxload import MaxLoad, group_bytes
 
     return MaxLoad(group_bytes(problem, module), capacities(module, problem.devices), free_comm(module, problem.devices))
+
+
+#: Requests in flight of a cost graph's throughput objective: the peer's model is the steady state
+#: of an unbounded pipeline (max load alone); with this many, latency / requests never binds.
+STEADY_REQUESTS = 4096
+
+
+def throughput_objective(module, devices):
+    """The throughput objective of a cost graph: its max per-device load with the peer's rule (a
+    cut tensor costs on its sender and on each distinct receiving device; ``free_comm`` devices pay
+    nothing)."""
+    from hdp.placement.objective import Throughput
+
+    free = free_comm(module, devices)
+    return Throughput(requests=STEADY_REQUESTS, send=1.0, receive=1.0,
+                      free_comm=tuple(d for d, f in zip(devices, free) if f))
+
+
+def problem_for(module, objective: str = "throughput"):
+    """The placement problem of a cost graph's Module: its caps, and the objective asked for
+    (``throughput``: :func:`throughput_objective`; ``latency``: one request, sequentially)."""
+    from hdp.placement.objective import Latency
+    from hdp.placement.problem import problem_of
+
+    devices = tuple(module.costs.devices)
+    obj = throughput_objective(module, devices) if objective == "throughput" else Latency()
+    return problem_of(module, objective=obj, capacity=capacities(module, devices))

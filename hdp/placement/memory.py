@@ -22,6 +22,9 @@ The estimate (what :meth:`hdp.placement.simulate.Simulator.memory` sums per devi
   largest such group. This ignores tensors that stay live across ops (skip connections), so it
   is a lower estimate of the arena; weights dominate the models this matters for.
 
+A cost graph's op (``CostOp``, :mod:`hdp.costgraph`) states all the memory it takes in its bytes
+(``Op.weight_bytes``, counted as its group's weights); it has no activation term.
+
 Not counted: the plugin's own code and per-compile overheads, and the conversion of stored
 weights to the device's precision at compile time (a CPU compiling f16 weights for f32 inference
 holds them at twice the stored size); ``bench/memory_check.py`` measures both on this host.
@@ -131,6 +134,8 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
         _, first = np.unique(key, return_index=True)
         np.add.at(out_bytes, src[first], ebytes[first])
     act_op = in_bytes + out_bytes
+    # a cost graph's op states all the memory it takes in its bytes (hdp.costgraph)
+    act_op[np.array([t == "CostOp" for t in types], bool)] = 0.0
     activation = np.zeros(k)
     pl = group_of >= 0
     np.maximum.at(activation, group_of[pl], act_op[pl])
