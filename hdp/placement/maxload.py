@@ -285,6 +285,28 @@ def _with_light(problem, ml: MaxLoad, a: "_Arrays", order: np.ndarray, light: np
     return gd
 
 
+def iterated_search(problem, ml: MaxLoad, gd: np.ndarray, seconds: float, seed: int = 0,
+                    kick: float = 0.05) -> np.ndarray:
+    """Iterated local search from ``gd`` for about ``seconds``: move a seeded random share ``kick``
+    of the groups, improve by single moves, keep the result when its max load is lower."""
+    a = _Arrays(problem, ml)
+    k, nd = problem.n_groups, problem.n_devices
+    best = np.asarray(gd, np.int64)
+    v = max_load(problem, ml, best)
+    rng = np.random.default_rng(seed)
+    end = _time.perf_counter() + seconds
+    while _time.perf_counter() < end:
+        cur = best.copy()
+        for g in rng.choice(k, max(1, int(kick * k)), replace=False):
+            cur[g] = rng.choice(np.flatnonzero(np.isfinite(a.time[g])))
+        if (np.bincount(cur, weights=a.gbytes, minlength=nd) > a.cap).any():
+            continue
+        cur, w = a.local_search(cur)
+        if w < v * (1 - 1e-12):
+            best, v = cur, w
+    return best
+
+
 def _attached(problem, key: np.ndarray, share: float = 0.05, rounds: int = 2, to_heavy: bool = False,
               far_share: float = 0.1) -> np.ndarray:
     """``key`` with every light group (under ``share`` of the work per device) that sits far (over
@@ -775,8 +797,9 @@ def balance_bound(problem, ml: MaxLoad) -> float:
 def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exact: bool = True) -> Solved:
     """The best placement hdp finds in about ``time_limit`` seconds, and a proven bound: the
     heuristic (:func:`heuristic`, not timed out), the multilevel MILP (:func:`multilevel`, a
-    quarter of what is left, at most 15 s), then, with ``exact``, the MILP over every group asked
-    to beat the best of those in the rest (at least 1 s). The bound is HiGHS's, or
+    quarter of what is left, at most 15 s), on more than 48 groups an iterated local search
+    (:func:`iterated_search`, 40 % of the rest), then, with ``exact``, the MILP over every group
+    asked to beat the best of those in the rest (at least 1 s). The bound is HiGHS's, or
     :func:`balance_bound` when HiGHS stopped before it had one.
     ``info["trajectory"]``: (seconds, max-load, stage) each time the best improved."""
     t0 = _time.perf_counter()
@@ -796,6 +819,11 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
         ml_gd = multilevel(problem, ml, time_limit=max(1.0, min(15.0, left / 4)))
         if ml_gd is not None and feasible(problem, ml, ml_gd) and note(ml_gd, "multilevel"):
             best = ml_gd
+    left = time_limit - (_time.perf_counter() - t0)
+    if left > 10 and problem.n_groups > 48:  # big problems: the MILP rarely improves; search first
+        ils = iterated_search(problem, ml, best, 0.4 * left, seed=seed + 1)
+        if note(ils, "iterated search"):
+            best = ils
     if not exact:
         return Solved(best.astype(np.int16), traj[-1][1], float("nan"), "heuristic", _time.perf_counter() - t0,
                       {"trajectory": traj})
