@@ -10,8 +10,8 @@ the training graph through colour classes, as they do), and hdp's:
   then the MILP over every group asked to beat them, within ``--time-limit`` seconds; its proven
   lower bound and gap;
 - ``heuristic``: the heuristic stage alone;
-- ``heft``: HEFT list scheduling (it minimises one request's makespan and ignores memory),
-  scored by max-load;
+- ``heft``: HEFT list scheduling on the same problem (it minimises one request's makespan, within
+  the memory caps), scored by max-load;
 - ``single``: every op on one accelerator.
 
 Every split hdp writes is scored by ``tests/peer_scoring.py``, an independent re-implementation
@@ -74,16 +74,16 @@ def score(workload: Path, split: dict) -> float | None:
         return None
 
 
-def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None, dp_value: float | None) -> dict:
-    from hdp.costgraph import lower, max_load_data, read
+def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None, dp_value: float | None,
+             methods=("optimal", "heuristic", "heft", "single")) -> dict:
+    from hdp.costgraph import lower, max_load_data, problem_for, read
     from hdp.costgraph.peer import split_json
     from hdp.placement import maxload as ML
-    from hdp.placement.problem import build_problem
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Heft
 
     m = lower(read(workload, "dnn-partitioning"))
-    p = build_problem(m)
+    p = problem_for(m)
     ml = max_load_data(p, m)
     res: dict = {"nodes": m.graph.n_ops, "groups": p.n_groups, "devices": p.n_devices}
 
@@ -95,21 +95,24 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
         res[name] = {"max_load": score(workload, doc), "hdp_max_load": float(load.max()), "seconds": secs,
                      "within_caps": ML.feasible(p, ml, gd), **extra}
 
-    t0 = time.perf_counter()
-    s = ML.optimize(p, ml, time_limit=time_limit, seed=seed)
-    secs = time.perf_counter() - t0
-    traj = s.info.get("trajectory", [])
-    to_dp = next((t for t, v, _ in traj if dp_value is not None and v <= dp_value * (1 + 1e-9)), None)
-    record("optimal", s.group_device, secs, bound=s.bound, gap=s.gap, status=s.status, time_to_dp=to_dp,
-           trajectory=[(round(t, 3), v, st) for t, v, st in traj])
-    t0 = time.perf_counter()
-    gd, _ = ML.heuristic(p, ml, seed=seed)
-    record("heuristic", gd, time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    gd = place(Heft(), PlaceContext(module=m, problem=p, seed=seed)).group_device
-    record("heft", np.asarray(gd, np.int64), time.perf_counter() - t0)
+    if "optimal" in methods:
+        t0 = time.perf_counter()
+        s = ML.optimize(p, ml, time_limit=time_limit, seed=seed)
+        secs = time.perf_counter() - t0
+        traj = s.info.get("trajectory", [])
+        to_dp = next((t for t, v, _ in traj if dp_value is not None and v <= dp_value * (1 + 1e-9)), None)
+        record("optimal", s.group_device, secs, bound=s.bound, gap=s.gap, status=s.status, time_to_dp=to_dp,
+               trajectory=[(round(t, 3), v, st) for t, v, st in traj])
+    if "heuristic" in methods:
+        t0 = time.perf_counter()
+        gd, _ = ML.heuristic(p, ml, seed=seed)
+        record("heuristic", gd, time.perf_counter() - t0)
+    if "heft" in methods:  # memory-aware on this problem (its caps), placing one request's makespan
+        t0 = time.perf_counter()
+        gd = place(Heft(), PlaceContext(module=m, problem=p, seed=seed)).group_device
+        record("heft", np.asarray(gd, np.int64), time.perf_counter() - t0)
     acc = [d for d in range(p.n_devices) if not ml.free_comm[d] and p.allowed[:, d].all()]
-    if acc:
+    if acc and "single" in methods:
         record("single", p.single(acc[0]).astype(np.int64), 0.0)
     return res
 
@@ -140,6 +143,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--methods", default="optimal,heuristic,heft,single",
+                    help="hdp methods to run (comma-separated): optimal, heuristic, heft, single")
     ap.add_argument("--out", type=Path, default=None, help="write OUT.json, OUT.md and OUT-splits/")
     a = ap.parse_args()
     names = [w for w in WORKLOADS if not a.only or any(o in w for o in a.only)]
@@ -164,8 +169,12 @@ def main() -> None:
         base = name.split("/")[1].rsplit("_", 1)[0]
         ef = a.workloads / "human-experts" / f"{base}_inference_expert.json"
         row["expert"] = {"max_load": score(wf, json.loads(ef.read_text())) if ef.exists() and "Layer" in name else None}
-        row.update(hdp_rows(wf, a.time_limit, a.seed, split_dir, row["dp"]["max_load"]))
+        row.update(hdp_rows(wf, a.time_limit, a.seed, split_dir, row["dp"]["max_load"], a.methods.split(",")))
         rows.append(row)
+        if "optimal" not in row:
+            print(f"{name}: " + ", ".join(f"{k} {fmt(row[k]['max_load'], 4)} ({row[k]['seconds']:.2f} s)"
+                                          for k in ("heuristic", "heft", "single") if k in row), flush=True)
+            continue
         o = row["optimal"]
         print(f"{name}: DP {fmt(row['dp']['max_load'], 4)} ({dp_status}, {fmt(dp_secs)} s), expert "
               f"{fmt(row['expert']['max_load'], 4)}, hdp optimal {fmt(o['max_load'], 4)} (bound {fmt(o['bound'], 4)}, "
@@ -177,7 +186,8 @@ def main() -> None:
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         Path(f"{a.out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
-        Path(f"{a.out}.md").write_text(markdown(rows, meta))
+        if all("optimal" in r for r in rows):
+            Path(f"{a.out}.md").write_text(markdown(rows, meta))
         print(f"-> {a.out}.json, {a.out}.md, {split_dir}/")
 
 
