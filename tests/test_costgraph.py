@@ -360,3 +360,20 @@ def test_the_simulator_prices_their_throughput_rule(name, tmp_path):
         assert sim.loads(gd) == pytest.approx(load, rel=1e-9, abs=1e-12)
         assert sim.memory(gd) == pytest.approx(mem, rel=1e-12)
         assert sim.feasible(gd) == ML.feasible(p, ml, gd)
+
+
+def test_the_partition_pass_places_a_cost_graph_under_its_own_caps_and_rule(tmp_path):
+    """hdp pass partition on a lowered cost graph: --set objective=throughput takes the graph's
+    communication rule and caps; the optimal MILP of the pass reaches the brute-force optimum."""
+    from hdp.ir.serde import load
+
+    rng = np.random.default_rng(21)
+    f = write(tmp_path, "w.json", random_workload(rng, 7, 2, cap=14.0, classes=1))
+    m, p, ml = problem_of_file(f)
+    assert run("lower", f, "-o", tmp_path / "m.hdp").exit_code == 0
+    r = run("pass", "partition", tmp_path / "m.hdp", "--devices", ",".join(p.devices), "--set", "method=optimal",
+            "--set", "objective=throughput", "--no-cache", "-o", tmp_path / "p.hdp")
+    assert r.exit_code == 0, r.output
+    gd = load(tmp_path / "p.hdp").partition.group_device.numpy().astype(np.int64)
+    want, _ = brute_force(p, ml)
+    assert ML.feasible(p, ml, gd) and ML.max_load(p, ml, gd) == pytest.approx(want, rel=1e-3)

@@ -35,7 +35,7 @@ class PartitionPass(Pass, tag="partition"):
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 5  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory
+    version = 6  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule
 
     def needs(self) -> tuple[str, ...]:
         """``graph`` and ``support``, and the stages the method needs on this target."""
@@ -141,10 +141,17 @@ class PartitionPass(Pass, tag="partition"):
         if module.support.devices != devices:
             raise InputError(f"support was computed for devices {module.support.devices}, "
                              f"not for target {devices}")
+        from hdp.costgraph.graph import capacities as costgraph_capacities
+        from hdp.costgraph.graph import is_costgraph, throughput_objective
         from hdp.runtime.capacity import capacities
 
-        problem = problem_of(module, devices, self.extra_ties, objective=self.objective,
-                             capacity=capacities(self.target, self.memory), context=self.context)
+        cap, objective = capacities(self.target, self.memory), self.objective
+        if is_costgraph(module):  # an abstract problem states its own caps and communication rule
+            cap = np.minimum(cap, costgraph_capacities(module, devices))
+            if isinstance(objective, Throughput):
+                objective = throughput_objective(module, devices)
+        problem = problem_of(module, devices, self.extra_ties, objective=objective, capacity=cap,
+                             context=self.context)
         placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed,
                                                   timeout=self.timeout))
         label = self.placer.label()
