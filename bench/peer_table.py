@@ -10,6 +10,7 @@ the training graph through colour classes, as they do), and hdp's:
   then the MILP over every group asked to beat them, within ``--time-limit`` seconds; its proven
   lower bound and gap;
 - ``heuristic``: the heuristic stage alone;
+- ``auto``: the default method, simulated on this problem (no target to measure on);
 - ``heft``: HEFT list scheduling on the same problem (it minimises one request's makespan, within
   the memory caps), scored by max-load;
 - ``single``: every op on one accelerator.
@@ -107,6 +108,12 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
         t0 = time.perf_counter()
         gd, _ = ML.heuristic(p, ml, seed=seed)
         record("heuristic", gd, time.perf_counter() - t0)
+    if "auto" in methods:  # the default method, simulated (no target to measure on)
+        from hdp.placers.options import method_from
+
+        t0 = time.perf_counter()
+        gd = place(method_from("auto"), PlaceContext(module=m, problem=p, seed=seed)).group_device
+        record("auto", np.asarray(gd, np.int64), time.perf_counter() - t0)
     if "heft" in methods:  # memory-aware on this problem (its caps), placing one request's makespan
         t0 = time.perf_counter()
         gd = place(Heft(), PlaceContext(module=m, problem=p, seed=seed)).group_device
@@ -143,8 +150,10 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", default=None)
-    ap.add_argument("--methods", default="optimal,heuristic,heft,single",
-                    help="hdp methods to run (comma-separated): optimal, heuristic, heft, single")
+    ap.add_argument("--methods", default="optimal,heuristic,auto,heft,single",
+                    help="hdp methods to run (comma-separated): optimal, heuristic, auto, heft, single")
+    ap.add_argument("--add", type=Path, default=None,
+                    help="a JSON this script wrote with other methods: their columns join the table")
     ap.add_argument("--out", type=Path, default=None, help="write OUT.json, OUT.md and OUT-splits/")
     a = ap.parse_args()
     names = [w for w in WORKLOADS if not a.only or any(o in w for o in a.only)]
@@ -173,7 +182,7 @@ def main() -> None:
         rows.append(row)
         if "optimal" not in row:
             print(f"{name}: " + ", ".join(f"{k} {fmt(row[k]['max_load'], 4)} ({row[k]['seconds']:.2f} s)"
-                                          for k in ("heuristic", "heft", "single") if k in row), flush=True)
+                                          for k in ("heuristic", "auto", "heft", "single") if k in row), flush=True)
             continue
         o = row["optimal"]
         print(f"{name}: DP {fmt(row['dp']['max_load'], 4)} ({dp_status}, {fmt(dp_secs)} s), expert "
@@ -181,6 +190,11 @@ def main() -> None:
               f"{o['status']}, {o['seconds']:.1f} s, to DP {fmt(o['time_to_dp'])} s), heuristic "
               f"{fmt(row['heuristic']['max_load'], 4)} ({row['heuristic']['seconds']:.1f} s), heft "
               f"{fmt(row['heft']['max_load'], 4)}{'' if row['heft']['within_caps'] else ' (over a cap)'}", flush=True)
+    if a.add:
+        extra = {r["workload"]: r for r in json.loads(a.add.read_text())["rows"]}
+        for r in rows:
+            for k, v in extra.get(r["workload"], {}).items():
+                r.setdefault(k, v)
     meta = {"time_limit": a.time_limit, "seed": a.seed, "load_average_at_start": load_avg,
             "load_average_at_end": os.getloadavg(), "cpus": os.cpu_count(), "dp_exe": a.dp_exe}
     if a.out:
@@ -207,18 +221,19 @@ def markdown(rows, meta) -> str:
            f"{meta['load_average_at_start'][0]:.1f}, at end {meta['load_average_at_end'][0]:.1f}, {meta['cpus']} cores.",
            "",
            "| workload | nodes / groups / devices | their DP (s) | expert | hdp optimal | bound (gap) | status | hdp s (to reach DP) | "
-           "heuristic (s) | heft | one accelerator | hdp vs DP | hdp vs expert |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "heuristic (s) | auto (s) | heft | one accelerator | hdp vs DP | hdp vs expert |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         o, dp = r["optimal"], r["dp"]
         dps = "" if dp["seconds"] is None else f" ({dp['seconds']:.2f})"
         dpv = fmt(dp["max_load"], 4) if dp["max_load"] is not None else dp["status"]
         heft = fmt(r["heft"]["max_load"], 2) + ("" if r["heft"]["within_caps"] else " (over cap)")
+        auto = f"{fmt(r['auto']['max_load'], 4)} ({r['auto']['seconds']:.1f})" if "auto" in r else "not run"
         out.append(
             f"| {r['workload']} | {r['nodes']} / {r['groups']} / {r['devices']} | {dpv}{dps} | {fmt(r['expert']['max_load'], 4)} | "
             f"**{fmt(o['max_load'], 4)}** | {fmt(o['bound'], 2)} ({fmt(None if o['gap'] is None else o['gap'] * 100, 1)} %) | "
             f"{o['status']} | {o['seconds']:.1f} ({fmt(o['time_to_dp'])}) | {fmt(r['heuristic']['max_load'], 4)} "
-            f"({r['heuristic']['seconds']:.1f}) | {heft} | {fmt(r.get('single', {}).get('max_load'), 2)} | "
+            f"({r['heuristic']['seconds']:.1f}) | {auto} | {heft} | {fmt(r.get('single', {}).get('max_load'), 2)} | "
             f"{verdict(o['max_load'], dp['max_load'])} | {verdict(o['max_load'], r['expert']['max_load'])} |")
     return "\n".join(out) + "\n"
 
