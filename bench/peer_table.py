@@ -143,7 +143,7 @@ def fmt(x, nd=2):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", required=True, type=Path)
+    ap.add_argument("--workloads", type=Path, default=None, help="their repository (required unless --render)")
     ap.add_argument("--dp-splits", type=Path, default=None)
     ap.add_argument("--dp-exe", default=None)
     ap.add_argument("--dp-timeout", type=float, default=600.0)
@@ -152,10 +152,24 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--methods", default="optimal,heuristic,auto,heft,single",
                     help="hdp methods to run (comma-separated): optimal, heuristic, auto, heft, single")
+    ap.add_argument("--render", type=Path, default=None,
+                    help="only write OUT.md from a JSON this script wrote (with --add's columns)")
     ap.add_argument("--add", type=Path, default=None,
                     help="a JSON this script wrote with other methods: their columns join the table")
     ap.add_argument("--out", type=Path, default=None, help="write OUT.json, OUT.md and OUT-splits/")
     a = ap.parse_args()
+    if a.render:
+        doc = json.loads(a.render.read_text())
+        rows = doc["rows"]
+        if a.add:
+            extra = {r["workload"]: r for r in json.loads(a.add.read_text())["rows"]}
+            for r in rows:
+                for k, v in extra.get(r["workload"], {}).items():
+                    r.setdefault(k, v)
+        Path(f"{a.out}.json").write_text(json.dumps({"meta": doc["meta"], "rows": rows}, indent=1, default=float))
+        Path(f"{a.out}.md").write_text(markdown(rows, doc["meta"]))
+        print(f"-> {a.out}.json, {a.out}.md")
+        return
     names = [w for w in WORKLOADS if not a.only or any(o in w for o in a.only)]
     split_dir = None
     if a.out:
