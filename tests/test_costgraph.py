@@ -297,14 +297,17 @@ def test_cli_lower_and_place_write_a_split_their_scorer_accepts(tmp_path):
     own = json.loads((tmp_path / "own.json").read_text())
     assert r.exit_code == 0 and own["format"] == "hdp-split" and own["value"] == pytest.approx(score)
     assert sum(len(d["ops"]) for d in own["devices"]) == 12
-    # heft ignores memory: a chain with costly copies all on one accelerator, over its cap
+    # a chain with costly copies: one accelerator would hold it all, over its cap
     chain = {"maxSizePerFPGA": 25.0, "maxFPGAs": 2, "maxCPUs": 1,
              "nodes": [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0, "fpgaLatency": 1.0, "isBackwardNode": 0,
                         "size": 10.0} for i in range(6)],
              "edges": [{"sourceId": i, "destId": i + 1, "cost": 5.0} for i in range(5)]}
     f2 = write(tmp_path, "chain.json", chain)
-    r = run("place", f2, "--method", "heft", "-o", tmp_path / "heft.json")
-    assert r.exit_code == 2 and "breaks a memory cap" in r.output and not (tmp_path / "heft.json").exists()
+    r = run("place", f2, "--method", "single:FPGA1", "-o", tmp_path / "one.json")
+    assert r.exit_code == 2 and "over its memory of 25 bytes" in r.output and not (tmp_path / "one.json").exists()
+    assert len(r.output.strip().splitlines()) == 1
+    r = run("place", f2, "--method", "heft", "-o", tmp_path / "heft.json")  # memory-aware on this problem
+    assert r.exit_code == 0 and peer_scoring.score(f2, tmp_path / "heft.json", strict=True)[0] > 0
     r = run("place", f2, "-o", tmp_path / "opt.json")
     assert r.exit_code == 0 and peer_scoring.score(f2, tmp_path / "opt.json", strict=True)[0] > 0
 
