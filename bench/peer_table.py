@@ -111,9 +111,14 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
     if "auto" in methods:  # the default method, simulated (no target to measure on)
         from hdp.placers.options import method_from
 
+        from hdp.errors import HdpError
+
         t0 = time.perf_counter()
-        gd = place(method_from("auto"), PlaceContext(module=m, problem=p, seed=seed)).group_device
-        record("auto", np.asarray(gd, np.int64), time.perf_counter() - t0)
+        try:
+            gd = place(method_from("auto"), PlaceContext(module=m, problem=p, seed=seed)).group_device
+            record("auto", np.asarray(gd, np.int64), time.perf_counter() - t0)
+        except HdpError as e:  # a refusal is a result too
+            res["auto"] = {"max_load": None, "seconds": time.perf_counter() - t0, "error": str(e), "within_caps": None}
     if "heft" in methods:  # memory-aware on this problem (its caps), placing one request's makespan
         t0 = time.perf_counter()
         gd = place(Heft(), PlaceContext(module=m, problem=p, seed=seed)).group_device
@@ -196,6 +201,7 @@ def main() -> None:
         rows.append(row)
         if "optimal" not in row:
             print(f"{name}: " + ", ".join(f"{k} {fmt(row[k]['max_load'], 4)} ({row[k]['seconds']:.2f} s)"
+                                          + (f" [{row[k]['error']}]" if row[k].get("error") else "")
                                           for k in ("heuristic", "auto", "heft", "single") if k in row), flush=True)
             continue
         o = row["optimal"]
@@ -242,7 +248,8 @@ def markdown(rows, meta) -> str:
         dps = "" if dp["seconds"] is None else f" ({dp['seconds']:.2f})"
         dpv = fmt(dp["max_load"], 4) if dp["max_load"] is not None else dp["status"]
         heft = fmt(r["heft"]["max_load"], 2) + ("" if r["heft"]["within_caps"] else " (over cap)")
-        auto = f"{fmt(r['auto']['max_load'], 4)} ({r['auto']['seconds']:.1f})" if "auto" in r else "not run"
+        auto = "not run" if "auto" not in r else (f"failed ({r['auto']['seconds']:.1f})" if r["auto"].get("error")
+                                                  else f"{fmt(r['auto']['max_load'], 4)} ({r['auto']['seconds']:.1f})")
         out.append(
             f"| {r['workload']} | {r['nodes']} / {r['groups']} / {r['devices']} | {dpv}{dps} | {fmt(r['expert']['max_load'], 4)} | "
             f"**{fmt(o['max_load'], 4)}** | {fmt(o['bound'], 2)} ({fmt(None if o['gap'] is None else o['gap'] * 100, 1)} %) | "
