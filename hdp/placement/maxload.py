@@ -104,7 +104,7 @@ def symmetry_classes(problem, ml: MaxLoad) -> list[list[int]]:
 
 
 class _Arrays:
-    """The problem as the kernels' arrays (see :mod:`hdp.placement._maxload_kernels`)."""
+    """The problem as the kernels' arrays (see the max-load section of :mod:`hdp.placement._kernels`)."""
 
     def __init__(self, problem, ml: MaxLoad):
         st = problem.structure
@@ -127,10 +127,10 @@ class _Arrays:
         np.cumsum(np.bincount(g, minlength=problem.n_groups), out=self.g_ptr[1:])
 
     def local_search(self, gd, sweeps: int = 1000) -> tuple[np.ndarray, float]:
-        from hdp.placement import _maxload_kernels as K
+        from hdp.placement import _kernels as K
 
         dev = np.array(gd, np.int64)
-        v = K.local_search(dev, self.time, self.gbytes, self.cap, self.paid, self.t_prod, self.t_ptr, self.t_cons,
+        v = K.ml_local_search(dev, self.time, self.gbytes, self.cap, self.paid, self.t_prod, self.t_ptr, self.t_cons,
                            self.t_cost, self.g_ptr, self.g_tens, sweeps)
         return dev, float(v)
 
@@ -387,7 +387,7 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     into consecutive blocks, one block per device (a pipeline; devices may stay empty): dynamic
     programming over (blocks placed, devices used per class of interchangeable devices). None if
     no such split fits."""
-    from hdp.placement import _maxload_kernels as K
+    from hdp.placement import _kernels as K
 
     a = arrays or _Arrays(problem, ml)
     k = problem.n_groups
@@ -398,7 +398,7 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     for c in classes:
         d = c[0]
         out = np.full((n + 1, n + 1), np.inf)
-        K.segment_loads(order, np.ascontiguousarray(a.time[:, d]), bool(a.paid[d]), a.gbytes, float(a.cap[d]),
+        K.ml_segment_loads(order, np.ascontiguousarray(a.time[:, d]), bool(a.paid[d]), a.gbytes, float(a.cap[d]),
                         np.isfinite(a.time[:, d]), a.t_prod, a.t_ptr, a.t_cons, a.t_cost, a.g_ptr, a.g_tens, out)
         seg.append(out)
     sizes = [len(c) for c in classes]
