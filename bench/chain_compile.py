@@ -6,8 +6,8 @@ run is a fresh ``hdp compile`` from an empty ``--cache-dir`` (``--no-compare``, 
 wants the placed model waits for it); the table gives each pass's seconds and the wall time,
 median [min-max] over ``--reps`` runs, beside OpenVINO's own floor on the same model: one
 ``core.compile_model`` on the CPU plugin (f32), in a fresh process, which ``profile`` (once per
-device, in parallel) and the check (the placement under HETERO, the original on CPU f32 for
-reference, and the written file once more) each pay.
+device, in parallel) and the check (the placed file as it will be committed, under HETERO, and the
+original on CPU f32 for reference beside it) each pay; ``raise`` commits the checked file.
 
     flock /work/measure.lock python bench/chain_compile.py --ops 20000 --reps 3            # ~10 min
     flock /work/measure.lock python bench/chain_compile.py --ops 20000 --reps 1 --shared   # OpenVINO: minutes

@@ -241,3 +241,30 @@ def test_timing_nests():
     t.after("check", "", False, None)
     assert [r["pass"] for r in t.rows] == ["partition", "check"]
     assert t.rows[1]["seconds"] >= t.rows[0]["seconds"]
+
+
+def test_the_written_file_is_what_is_checked_and_it_is_compiled_once(branchy_xml, tmp_path, monkeypatch):
+    """With a check, the placement is saved to a temporary file beside the output, that file is
+    checked (one HETERO compile in the worker) and it is what gets committed: no second check of
+    the same placement before or after writing (each worker check compiles the 20,000-op model)."""
+    from hdp.runtime.measure import Measurer
+
+    calls = []
+    real = Measurer.check
+
+    def counted(self, *a, **kw):
+        xml = kw.get("xml")
+        calls.append((xml, open(xml, "rb").read() if xml is not None else None))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Measurer, "check", counted)
+    out = tmp_path / "p.xml"
+    res = compile_model(branchy_xml, out, "virtual", method="heft")
+    assert res.check is not None and res.check.passed
+    assert len(calls) == 1, [c[0] for c in calls]
+    xml, seen = calls[0]
+    assert xml is not None and xml != str(out) and seen == out.read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the staged directory is gone
+    calls.clear()
+    compile_model(branchy_xml, tmp_path / "q.xml", "virtual", method="heft", check=False)
+    assert not calls and (tmp_path / "q.xml").is_file()

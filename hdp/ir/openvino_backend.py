@@ -60,23 +60,14 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
 def save_placed(model, out_xml: str | os.PathLike, check=None) -> Path:
     """Save ``model`` (an annotated placement, see :func:`annotate`) as ``out_xml`` and its ``.bin``
     so that no reader ever sees a half-written or mismatched pair: both are saved in a private
-    temporary directory beside ``out_xml``, the ``.bin`` digest is recorded in the ``.xml`` (checked
-    by :func:`hdp.runtime.placed.read_placed`), then the pair is committed by
+    temporary directory beside ``out_xml`` (:func:`save_uncommitted`), then the pair is committed by
     :func:`hdp.fsutil.commit_pair`. ``check``, if given, is called with the temporary ``.xml``
     before anything is committed; it returns a result with ``passed`` and ``describe()``, and a
     failed check leaves no output (InputError)."""
-    import openvino as ov
-
     out_xml = Path(out_xml)
-    pending = secrets.token_hex(16)  # as long as the digest that replaces it in place
-    model.set_rt_info(pending, ["hdp", WEIGHTS_DIGEST_KEY])
     with temp_dir(out_xml.parent, out_xml.name) as tmp:
         tmp_xml = tmp / "placed.xml"
-        try:
-            ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
-            record_weights_digest(tmp_xml, pending)
-        except (RuntimeError, OSError) as e:  # a full disk: "basic_ios::clear: iostream error"
-            raise write_error(out_xml, e) from None
+        save_uncommitted(model, tmp_xml, out_xml)
         if check is not None:
             result = check(tmp_xml)
             if not result.passed:
@@ -84,6 +75,21 @@ def save_placed(model, out_xml: str | os.PathLike, check=None) -> Path:
         kill_point("placed-saved")
         commit_pair(tmp_xml, out_xml)
     return out_xml
+
+
+def save_uncommitted(model, tmp_xml: Path, out_xml: Path) -> None:
+    """Save ``model`` as ``tmp_xml`` and its ``.bin`` (a temporary beside ``out_xml``), the ``.bin``
+    digest recorded in the ``.xml`` (checked by :func:`hdp.runtime.placed.read_placed`); a failure
+    to write is a :class:`~hdp.fsutil.WriteError` naming ``out_xml``."""
+    import openvino as ov
+
+    pending = secrets.token_hex(16)  # as long as the digest that replaces it in place
+    model.set_rt_info(pending, ["hdp", WEIGHTS_DIGEST_KEY])
+    try:
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+        record_weights_digest(tmp_xml, pending)
+    except (RuntimeError, OSError) as e:  # a full disk: "basic_ios::clear: iostream error"
+        raise write_error(out_xml, e) from None
 
 
 def weights_digest(bin_path: Path) -> str:

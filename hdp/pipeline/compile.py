@@ -102,7 +102,7 @@ def compile_model(model: str | Path, output: str | Path, target: Target | str, *
             echo(line)
 
     def place_and_write():
-        checking = Check(tgt, manager, schedule, timeout) if check else None
+        checking = Check(tgt, manager, schedule, timeout, output=out) if check else None
         try:
             module = manager.run(None, [lower])
             with stage_times() as stage_rows, measured_heads() as heads:

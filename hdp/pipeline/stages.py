@@ -7,8 +7,12 @@
   when it fails (:func:`hdp.runtime.verify.verify_and_repair`). Never cached. A repair places
   again with ties learned from the failure: the pipeline's partition pass (found by type) and the
   passes after it run again through the same manager.
-- :class:`Raise`: the placed model written atomically (:func:`hdp.runtime.placed.write_placed`),
-  checked again as written when a check ran. Its output is a file; the Module passes through.
+- :class:`Raise`: the placed model written atomically. When a :class:`Check` ran with the output
+  under HETERO (the default), the check saved each placement it checked whole to a temporary file
+  beside the output and checked that file (:class:`hdp.runtime.placed.StagedPlaced`): Raise
+  commits the file that passed, without compiling it again. Otherwise it writes
+  (:func:`hdp.runtime.placed.write_placed`), checking the file first when a check ran. Its output
+  is a file; the Module passes through.
 """
 
 from __future__ import annotations
@@ -98,13 +102,19 @@ class Check(_AfterPlacement):
 
     name = "check"
 
-    def __init__(self, target: Target, manager: PassManager, passes: Sequence[Pass], timeout: float | None = None):
+    def __init__(self, target: Target, manager: PassManager, passes: Sequence[Pass], timeout: float | None = None,
+                 output: str | Path | None = None):
+        from hdp.runtime.placed import StagedPlaced
+
         self.target = target
         self.manager = manager
         self.passes = list(passes)
         self.timeout = timeout
         self.checker = None
         self.verified = None
+        #: with ``output``: each placement checked whole is saved as the placed file, and that file
+        #: is what is checked (under HETERO); the last one waits here for :class:`Raise` to commit
+        self.staged = StagedPlaced(output, target) if output is not None else None
 
     def run(self, module: Module) -> Module:
         from hdp.runtime.verify import PlacementChecker, verify_and_repair
@@ -115,7 +125,7 @@ class Check(_AfterPlacement):
         part = next((p for p in self.passes if isinstance(p, PartitionPass)), None)
         execution = "concurrent" if part is not None and isinstance(part.objective, Concurrent) else "sequential"
         self.checker = PlacementChecker(module, self.target, **({"timeout": self.timeout} if self.timeout else {}),
-                                        execution=execution)
+                                        execution=execution, stage=self.staged.stage if self.staged else None)
         self.verified = verify_and_repair(module, self.target, self.replace, self.checker)
         return self.verified.module
 
@@ -135,11 +145,14 @@ class Check(_AfterPlacement):
         if self.checker is not None:
             self.checker.close()
             self.checker = None
+        if self.staged is not None:
+            self.staged.close()
 
 
 class Raise(_AfterPlacement):
     """Write the placed model to ``output`` (.xml and .bin); with ``check`` (a :class:`Check`
-    that ran), the file as written is checked before it is committed."""
+    that ran), the file as written is checked before it is committed: the one the check staged
+    and checked when it holds this very module, else a fresh write checked here."""
 
     name = "raise"
 
@@ -151,6 +164,9 @@ class Raise(_AfterPlacement):
     def run(self, module: Module) -> Module:
         from hdp.runtime.placed import write_placed
 
+        staged = self.check.staged if self.check is not None else None
+        if staged is not None and staged.out_xml == self.output and staged.commit(module):
+            return module
         checker = self.check.checker if self.check is not None else None
         pl = module.placement
         used = sorted({pl.devices[int(d)] for d in pl.device_of.numpy()})

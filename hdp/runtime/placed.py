@@ -74,6 +74,66 @@ def write_placed(module: Module, out_xml: str | os.PathLike, target=None, check=
     return save_placed(model, out_xml, check)
 
 
+class StagedPlaced:
+    """:func:`write_placed` in two steps, so that the file checked is the file committed:
+    :meth:`stage` saves a module's placement (as :func:`write_placed` builds it) in a private
+    temporary directory beside ``out_xml``, each call replacing the last, and returns the temporary
+    ``.xml``; :meth:`commit` moves the last pair staged onto ``out_xml``
+    (:func:`hdp.fsutil.commit_pair`), only for that very module. :meth:`close` removes whatever
+    was not committed."""
+
+    def __init__(self, out_xml: str | os.PathLike, target: Target | None = None):
+        self.out_xml = Path(out_xml)
+        self.target = target
+        self.module: Module | None = None  # the module whose placement is staged
+        self.xml: Path | None = None
+        self._ctx = None  # the temporary directory's context, entered at the first stage
+        self._count = 0
+
+    def stage(self, module: Module) -> Path:
+        from hdp.fsutil import temp_dir
+        from hdp.ir.openvino_backend import annotate, save_uncommitted
+        from hdp.ir.openvino_frontend import reread_source
+
+        if module.placement is None:
+            raise InputError("the module has no placement; run the partition and assign passes first")
+        if self.out_xml.suffix.lower() != ".xml":
+            raise InputError(f"{self.out_xml}: the placed model must be written to a .xml path")
+        if self._ctx is None:
+            ctx = temp_dir(self.out_xml.parent, self.out_xml.name)
+            self._dir = ctx.__enter__()
+            self._ctx = ctx
+        if self.xml is not None:  # only the last placement staged is kept
+            for f in (self.xml, self.xml.with_suffix(".bin")):
+                f.unlink(missing_ok=True)
+        self.module, self.xml = None, None
+        self._count += 1
+        xml = self._dir / f"placed-{self._count}.xml"
+        model, ov_ops = reread_source(module)
+        annotate(model, ov_ops, module, self.target)
+        legalize_placed(model, ov_ops, module)
+        save_uncommitted(model, xml, self.out_xml)
+        self.module, self.xml = module, xml
+        return xml
+
+    def commit(self, module: Module) -> bool:
+        """Commit the staged pair onto ``out_xml`` if it is ``module``'s; False (nothing done) if not."""
+        from hdp.fsutil import commit_pair, kill_point
+
+        if self.module is None or self.module is not module:
+            return False
+        kill_point("placed-saved")
+        commit_pair(self.xml, self.out_xml)
+        self.module = self.xml = None
+        return True
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            ctx, self._ctx = self._ctx, None
+            ctx.__exit__(None, None, None)
+        self.module = self.xml = None
+
+
 @dataclass
 class PlacedModel:
     model: object  # ov.Model with rt_info["affinity"] set on every op

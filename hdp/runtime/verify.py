@@ -109,11 +109,16 @@ class PlacementChecker:
     """Checks placements of one module on one target, reusing one worker. ``execution``: how
     :meth:`check` runs a placement (HETERO, or hdp's concurrent executor); a written file
     (:meth:`check_file`) is always checked under HETERO, so a placement placed for the concurrent
-    executor is checked both ways."""
+    executor is checked both ways. With ``stage`` (a function that saves a module's placement as
+    hdp writes it and returns the ``.xml``: :meth:`hdp.runtime.placed.StagedPlaced.stage`) and
+    sequential execution, :meth:`check_module` checks that file: the file to be committed is then
+    what was checked, compiled once."""
 
-    def __init__(self, module: Module, target: Target, timeout: float = 300.0, execution: str = "sequential"):
+    def __init__(self, module: Module, target: Target, timeout: float = 300.0, execution: str = "sequential",
+                 stage: Callable[[Module], object] | None = None):
         from hdp.runtime.measure import Measurer
 
+        self.stage = stage
         self.module = module
         self.target = target
         self.execution = execution
@@ -145,8 +150,13 @@ class PlacementChecker:
                             self.execution)
 
     def check_module(self, module: Module) -> CheckResult:
+        """Check ``module``'s placement: the file ``stage`` saves when the checker has one and runs
+        it under HETERO, else the placement as the worker builds it (the same legalization)."""
         pl = module.placement
-        return self.check(pl.device_of.numpy(), pl.devices)
+        if self.stage is None or self.execution != "sequential":
+            return self.check(pl.device_of.numpy(), pl.devices)
+        used = [pl.devices[int(k)] for k in np.unique(pl.device_of.numpy())]
+        return self.check_file(self.stage(module), used)
 
     def check_file(self, xml, used: list[str]) -> CheckResult:
         """Check a written placed model file (as a reader will load it)."""
