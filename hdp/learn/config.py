@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from hdp.validation import AtLeastOne, Count, Finite, NonNegative, Share, recheck
+from hdp.validation import AtLeastOne, Count, Finite, NonNegative, Positive, Share, recheck
 
 Episodes = AtLeastOne
 #: The REINFORCE and PPO updates compare the placements of one batch (advantage = reward minus
@@ -105,3 +105,57 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def check(self) -> TrainConfig:
         """InputError naming the first field outside its declared bounds."""
         return recheck(self, lambda path, what: f"training option '{path}' {what}")
+
+
+class PlacetoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Placeto (Addanki et al., NeurIPS 2019), as :mod:`hdp.learn.placeto` runs it. Defaults are the
+    published ones where the authors' code states them (lr 1e-3 decayed linearly to 1e-4, 8 rounds
+    of message passing, a baseline over the last 10 episodes); ``hidden`` is ours (not published)."""
+
+    episodes: Episodes = 1000  # upper bound; the budgets usually end training first
+    lr: LearningRate = 1e-3
+    lr_end: LearningRate = 1e-4
+    rounds: Annotated[int, Meta(ge=0, le=64)] = 8  # message-passing rounds, each direction
+    baseline_episodes: AtLeastOne = 10
+    hidden: Hidden = 32
+    step_reward: bool = True  # per-step rewards (the paper's credit assignment); False: final only
+    max_placements: Count = 0
+    max_seconds: Budget = 0.0
+    deadline: Budget | None = None
+    top: Count = 5
+    seed: int = 0
+
+    def check(self) -> PlacetoConfig:
+        return recheck(self, lambda path, what: f"placeto option '{path}' {what}")
+
+
+class RnnConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The hierarchical planner (Mirhoseini et al., ICLR 2018), as :mod:`hdp.learn.rnn` runs it.
+    Defaults are the published ones (TensorFlow's ``hierarchical_controller_hparams``): groups =
+    min(256, 20 x devices), a feed-forward grouper of width 64, a bidirectional LSTM encoder and an
+    attentional LSTM decoder of width 512, Adam at lr 0.1 decayed x0.95 every 50 steps from step
+    400, gradients clipped to norm 1, the placer's logits through ``tanh_constant · tanh``, Gaussian
+    noise on the grouper's logits for the first 750 steps, reward sqrt(runtime)
+    against a moving-average baseline (decay 0.9), one placement per update."""
+
+    steps: AtLeastOne = 100_000  # policy updates, upper bound; the budgets usually end training first
+    groups: Count = 0  # 0: min(256, 20 x devices)
+    hidden: Hidden = 512
+    grouping_hidden: Hidden = 64
+    lr: LearningRate = 0.1
+    lr_decay: Annotated[float, Meta(gt=0, le=1)] = 0.95
+    decay_steps: AtLeastOne = 50
+    start_decay_step: Count = 400
+    grad_bound: Positive = 1.0
+    tanh_constant: NonNegative = 1.0  # 0: logits unclipped
+    logits_noise: NonNegative = 0.5  # grouper logit noise, x the logits' RMS, for the first noise_steps
+    noise_steps: Count = 750
+    baseline_decay: Annotated[float, Meta(ge=0, lt=1)] = 0.9
+    max_placements: Count = 0
+    max_seconds: Budget = 0.0
+    deadline: Budget | None = None
+    top: Count = 5
+    seed: int = 0
+
+    def check(self) -> RnnConfig:
+        return recheck(self, lambda path, what: f"rnn-placer option '{path}' {what}")

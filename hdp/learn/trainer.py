@@ -86,7 +86,7 @@ class TrainResult:
     episodes: int  # episodes completed (all runs)
     seconds: float  # wall clock of this call
     groups: int  # groups of the final policy's greedy parse
-    stopped: str  # why training ended: done | placements | seconds | no gain
+    stopped: str  # why training ended: done | placements | seconds | no gain | converged (placeto, rnn-placer)
     curve: list[dict] = field(default_factory=list)
     resumed: bool = False
     #: the best distinct placements evaluated, by latency: (source, device per tie group, latency)

@@ -35,6 +35,8 @@ IMPLEMENTATIONS = {
     "optimal": "hdp.placers.classical:optimal",
     "hsdag": "hdp.placers.hsdag:hsdag",
     "auto": "hdp.placers.auto:auto",
+    "placeto": "hdp.placers.learned:placeto",
+    "rnn-placer": "hdp.placers.learned:rnn_placer",
 }
 
 _TIMES: contextvars.ContextVar[list | None] = contextvars.ContextVar("hdp_stage_times", default=None)

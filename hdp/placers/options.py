@@ -141,12 +141,62 @@ class Hsdag(PlacerOptions, tag="hsdag"):
     summary = "HSDAG: GNN + graph parsing + policy gradient on simulated or measured latency (hsdag[:measure])"
 
     def __post_init__(self) -> None:
-        warm = self.warm_start.partition(":")[0]
-        if warm in ("hsdag", "auto"):
-            raise ValueError(f"warm_start: cannot be {warm} (it may run hsdag itself)")
-        if self.warm_start != "none" and warm not in METHODS:
-            raise ValueError(f"warm_start: must be none or a method, not '{self.warm_start}' (use none or one "
-                             f"of {', '.join(m for m in sorted(METHODS) if m not in ('hsdag', 'auto'))})")
+        _check_warm_start(self.warm_start)
+
+
+#: Methods that cannot warm-start a learned placer (they may train one themselves).
+_LEARNING = ("hsdag", "auto", "placeto", "rnn-placer")
+
+
+def _check_warm_start(spec: str) -> None:
+    warm = spec.partition(":")[0]
+    if warm in _LEARNING:
+        raise ValueError(f"warm_start: cannot be {warm} (it may train a learned placer itself)")
+    if spec != "none" and warm not in METHODS:
+        raise ValueError(f"warm_start: must be none or a method, not '{spec}' (use none or one "
+                         f"of {', '.join(m for m in sorted(METHODS) if m not in _LEARNING)})")
+
+
+class Placeto(PlacerOptions, tag="placeto"):
+    """Placeto (NeurIPS 2019), a learned baseline of the HSDAG paper (hdp/learn/placeto.py). Trained
+    on the simulator; defaults are the published hyper-parameters (:class:`hdp.learn.config.PlacetoConfig`)."""
+
+    budget: NonNegative = 120.0  # seconds for the whole placement, 0 = no limit
+    placements: Count = 0  # max placements evaluated, 0 = no limit
+    episodes: Episodes = 1000
+    lr: LearningRate = 1e-3
+    lr_end: LearningRate = 1e-4
+    rounds: Annotated[int, Meta(ge=0, le=64)] = 8
+    baseline_episodes: AtLeastOne = 10
+    hidden: Hidden = 32
+    step_reward: bool = True
+    warm_start: str = "none"  # none | a placer name (not a learned one): the episodes' start placement
+    needs = ("costs", "features", "coarse")
+    seeded = True
+    summary = "Placeto: message-passing graph embedding, node-by-node placement, per-step simulated rewards"
+
+    def __post_init__(self) -> None:
+        _check_warm_start(self.warm_start)
+
+
+class RnnPlacer(PlacerOptions, tag="rnn-placer"):
+    """The hierarchical RNN placer (Mirhoseini et al. 2018), a learned baseline of the HSDAG paper
+    (hdp/learn/rnn.py). Trained on the simulator; defaults are the published hyper-parameters
+    (:class:`hdp.learn.config.RnnConfig`)."""
+
+    budget: NonNegative = 120.0  # seconds for the whole placement, 0 = no limit
+    placements: Count = 0  # max placements evaluated, 0 = no limit
+    steps: AtLeastOne = 100_000
+    groups: Count = 0  # 0 = min(256, 20 x devices)
+    hidden: Hidden = 512
+    lr: LearningRate = 0.1
+    warm_start: str = "none"  # none | a placer name (not a learned one): evaluated first, kept if best
+    needs = ("costs", "features", "coarse")
+    seeded = True
+    summary = "hierarchical planner: feed-forward grouper + seq2seq LSTM placer, REINFORCE on sqrt(simulated runtime)"
+
+    def __post_init__(self) -> None:
+        _check_warm_start(self.warm_start)
 
 
 class Auto(PlacerOptions, tag="auto"):
@@ -183,9 +233,9 @@ class Auto(PlacerOptions, tag="auto"):
         return self.learn == "yes"
 
 
-Method = Union[Single, HeteroAuto, PipelineParallel, Random, Heft, Optimal, Hsdag, Auto]
+Method = Union[Single, HeteroAuto, PipelineParallel, Random, Heft, Optimal, Hsdag, Auto, Placeto, RnnPlacer]
 METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, PipelineParallel, Random, Heft,
-                                                                  Optimal, Hsdag, Auto)}
+                                                                  Optimal, Hsdag, Auto, Placeto, RnnPlacer)}
 
 
 def method_from(spec: str, options: dict | None = None, message=None) -> PlacerOptions:

@@ -1,0 +1,180 @@
+"""Placeto and the hierarchical RNN placer (the HSDAG paper's learned baselines), the training
+harness shared by the three learned placers, and policy reuse (zero-shot HSDAG).
+
+Small hand-built problems with a known optimum (tests/test_learn.py's chain of blocks whose fast
+device alternates), the simulator or test_learn's reference latency as the cost, fixed seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hdp.errors import InputError
+from hdp.placement.problem import build_problem
+
+import torch  # noqa: F401,E402  (hard dependency: fail loudly, never skip)
+
+from hdp.learn.config import PlacetoConfig, RnnConfig  # noqa: E402
+from hdp.learn.graph import build_learn_graph  # noqa: E402
+from hdp.learn.harness import Budget, learn, objective_cost, time_to_best, train_on_models, zero_shot  # noqa: E402
+from hdp.learn.placeto import train_placeto  # noqa: E402
+from hdp.learn.rnn import train_rnn  # noqa: E402
+from test_learn import DEV2, blocks_module, brute_force, chain_optimum, make_module, reference  # noqa: E402
+
+
+def _setup(n=12, block=3, seed=0):
+    m = blocks_module(n=n, block=block, seed=seed)
+    p = build_problem(m, DEV2)
+    return m, p, build_learn_graph(m, p)
+
+
+# --- the optimum within the budget --------------------------------------------------------------
+
+@pytest.mark.slow
+def test_placeto_finds_the_known_optimum_within_its_budget():
+    m, p, lg = _setup()
+    opt = brute_force(m)  # 4,096 placements; the budget below evaluates 400 (a random search finds
+    # the optimum within 400 with probability 1 - (1 - 1/4096)^400 = 9 %)
+    r = train_placeto(lg, p, reference(m), PlacetoConfig(max_placements=400, seed=0))
+    assert r.best_latency == pytest.approx(opt)
+    assert r.evaluations <= 400 and r.best_source in ("sample", "start")
+
+
+@pytest.mark.slow
+def test_rnn_placer_finds_the_known_optimum_within_its_budget():
+    """Two deviations from the published settings, both measured: with lr 0.1 the grouper collapses
+    onto one group within ~100 updates (20 distinct placements in 586, 1.50x the optimum here), so
+    lr 1e-3; hidden 64 instead of 512 to keep the test short. On the 12-op chain it does not find
+    the optimum within 400 evaluations (1.58x); here 256 placements and 150 evaluations, where a
+    random search succeeds with probability 44 %: an end-to-end check more than proof of learning."""
+    m, p, lg = _setup(n=8, block=2)
+    opt = brute_force(m)
+    r = train_rnn(lg, p, reference(m), RnnConfig(max_placements=150, hidden=64, lr=1e-3, seed=0))
+    assert r.best_latency == pytest.approx(opt)
+    assert r.evaluations <= 150 and r.best_source == "sample"
+
+
+@pytest.mark.parametrize("trainer,cfg", [(train_placeto, PlacetoConfig(max_placements=60)),
+                                         (train_rnn, RnnConfig(steps=30, hidden=32))])
+def test_same_seed_same_run(trainer, cfg):
+    import msgspec
+
+    m, p, lg = _setup()
+    runs = [trainer(lg, p, reference(m), msgspec.structs.replace(cfg, seed=s)) for s in (3, 3, 4)]
+    a, b, c = ([x["latency_s"] for x in r.curve] for r in runs)
+    assert a == b and a != c
+
+
+@pytest.mark.slow
+def test_placeto_learns_node_by_node():
+    """Over the episodes, the placements Placeto ends its episodes with get faster."""
+    m, p, lg = _setup(n=24, block=4)
+    r = train_placeto(lg, p, reference(m), PlacetoConfig(episodes=120, seed=0))
+    ends = [x["latency_s"] for x in r.curve if x["source"] == "sample"][23::24]  # each episode's final placement
+    assert len(ends) == 120
+    assert np.mean(ends[-20:]) < 0.92 * np.mean(ends[:20])
+
+
+# --- the placers ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method,opts", [("placeto", {"placements": 200}),
+                                         ("rnn-placer", {"placements": 100, "hidden": 32})])
+def test_placers_run_through_place_and_keep_the_best(method, opts):
+    from hdp.passes.coarsen import CoarsenPass
+    from hdp.placers import PlaceContext, place
+    from hdp.placers.options import method_from
+    from hdp.placement.simulate import Simulator
+
+    m = blocks_module()
+    m = CoarsenPass(rule="none").run(m)
+    p = build_problem(m, DEV2)
+    placed = place(method_from(method, {**opts, "warm_start": "heft"}), PlaceContext(module=m, problem=p, seed=1))
+    sim = Simulator(p)
+    heft = place(method_from("heft"), PlaceContext(module=m, problem=p)).group_device
+    assert sim.latency(placed.group_device) <= sim.latency(heft) + 1e-12
+    assert float(placed.info["best_latency_s"]) == pytest.approx(sim.latency(placed.group_device), rel=1e-5)
+    assert int(placed.info["placements_evaluated"]) <= opts["placements"]
+
+
+def test_bad_options_are_one_line_input_errors():
+    from hdp.placers.options import method_from
+
+    with pytest.raises(InputError, match="placeto option 'rounds'"):
+        method_from("placeto", {"rounds": "-1"})
+    with pytest.raises(InputError, match="warm_start"):
+        method_from("rnn-placer", {"warm_start": "hsdag"})
+    with pytest.raises(InputError, match="rnn-placer option 'lr'"):
+        method_from("rnn-placer", {"lr": "2"})
+
+
+# --- the harness ------------------------------------------------------------------------------
+
+def _branchy_module(seed=0):
+    """Two independent branches between a source and a sink: the concurrent objective rewards
+    running them on different devices, the sequential one does not."""
+    n = 10
+    src = [0, 1, 2, 3, 0, 5, 6, 7, 4, 8]
+    dst = [1, 2, 3, 4, 5, 6, 7, 8, 9, 9]
+    t = np.full((n, 2), 1e-3)
+    t[:, 1] *= 1.2
+    return make_module(n, src, dst, t, seed=seed, edge_bytes=1000)
+
+
+def test_objectives_price_concurrency():
+    m = _branchy_module()
+    p = build_problem(m, DEV2)
+    seq, conc = objective_cost(p, "latency"), objective_cost(p, "concurrent")
+    split = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 0], np.int16)  # the second branch on device 1
+    one = p.single(0)
+    assert seq(split) > seq(one)
+    assert conc(split) < conc(one)
+    tput = objective_cost(p, "throughput", requests=2)  # the two devices as pipeline stages
+    assert tput(split) < seq(split) and tput(one) == pytest.approx(seq(one))
+    with pytest.raises(InputError, match="objective"):
+        objective_cost(p, "energy")
+
+
+@pytest.mark.parametrize("method", ["hsdag", "placeto", "rnn-placer"])
+def test_harness_gives_every_learner_the_same_budget_seed_and_warm_start(method):
+    m = _branchy_module()
+    p = build_problem(m, DEV2)
+    cost = objective_cost(p, "concurrent")
+    warm = ("heft", np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 0], np.int16))
+    runs = [learn(method, m, p, cost, Budget(evaluations=25), seed=5, warm_start=warm) for _ in range(2)]
+    r = runs[0]
+    assert r.evaluations <= 25 and r.stopped == "placements"
+    assert [x["source"] for x in r.curve[:3]] == ["single:A", "single:B", "warm:heft"]
+    assert r.best_latency <= cost(warm[1])
+    assert [x["latency_s"] for x in r.curve] == [x["latency_s"] for x in runs[1].curve]
+    assert 0 <= time_to_best(r) <= r.seconds
+
+
+def test_harness_wall_budget_stops_training():
+    m, p, lg = _setup(n=24, block=4)
+    r = learn("placeto", m, p, reference(m), Budget(seconds=0.5), seed=0)
+    assert r.stopped == "seconds" and r.seconds < 5
+
+
+# --- policy reuse -----------------------------------------------------------------------------
+
+def test_zero_shot_policy_places_an_unseen_model(tmp_path):
+    """A policy trained on two chains places a third, longer one (never seen) in one forward pass
+    better than the average random placement and, as a warm start, training from it does no worse."""
+    ck = str(tmp_path / "policy.pt")
+    train = []
+    for seed in (1, 2):
+        m, p, _ = _setup(n=12, block=3, seed=seed)
+        train.append((m, p, reference(m)))
+    results = train_on_models(train, Budget(evaluations=120), rounds=2, checkpoint=ck, seed=0)
+    assert len(results) == 4
+    m, p, _ = _setup(n=30, block=5, seed=9)
+    dev, seconds = zero_shot(m, p, ck)
+    assert dev.shape == (p.n_groups,) and set(seconds) == {"graph", "load", "forward"}
+    ev = reference(m)
+    rng = np.random.default_rng(0)
+    random_mean = np.mean([ev(rng.integers(0, 2, p.n_groups)) for _ in range(200)])
+    assert ev(dev) < random_mean
+    assert ev(dev) >= chain_optimum(m) - 1e-12
+    warm = learn("hsdag", m, p, ev, Budget(evaluations=40), seed=0, warm_start=("zero-shot", dev))
+    assert warm.best_latency <= ev(dev)
