@@ -158,6 +158,7 @@ def test_harness_wall_budget_stops_training():
 
 # --- policy reuse -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_zero_shot_policy_places_an_unseen_model(tmp_path):
     """A policy trained on two chains places a third, longer one (never seen) in one forward pass
     better than the average random placement and, as a warm start, training from it does no worse."""
@@ -166,7 +167,7 @@ def test_zero_shot_policy_places_an_unseen_model(tmp_path):
     for seed in (1, 2):
         m, p, _ = _setup(n=12, block=3, seed=seed)
         train.append((m, p, reference(m)))
-    results = train_on_models(train, Budget(evaluations=120), rounds=2, checkpoint=ck, seed=0)
+    results = train_on_models(train, Budget(evaluations=120, seconds=30), rounds=2, checkpoint=ck, seed=0)
     assert len(results) == 4
     m, p, _ = _setup(n=30, block=5, seed=9)
     dev, seconds = zero_shot(m, p, ck)
@@ -176,5 +177,5 @@ def test_zero_shot_policy_places_an_unseen_model(tmp_path):
     random_mean = np.mean([ev(rng.integers(0, 2, p.n_groups)) for _ in range(200)])
     assert ev(dev) < random_mean
     assert ev(dev) >= chain_optimum(m) - 1e-12
-    warm = learn("hsdag", m, p, ev, Budget(evaluations=40), seed=0, warm_start=("zero-shot", dev))
+    warm = learn("hsdag", m, p, ev, Budget(evaluations=40, seconds=30), seed=0, warm_start=("zero-shot", dev))
     assert warm.best_latency <= ev(dev)

@@ -37,6 +37,10 @@ OBJECTIVES: tuple[str, ...] = ("latency", "concurrent", "throughput")
 LEARNERS: tuple[str, ...] = ("hsdag", "placeto", "rnn-placer")
 #: Episode counts no budget of the harness reaches: the budget ends training.
 _UNBOUNDED = 10**6
+#: hsdag stops after this many placements in a row without a new best: a converged policy samples
+#: placements evaluated before, which the evaluation budget (new placements only) never counts
+#: (placeto and rnn-placer stop on the same condition, :data:`hdp.learn.placeto.STALL`).
+_PATIENCE = 1000
 
 
 class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -94,7 +98,7 @@ def learn(method: str, module, problem, cost: Callable[[np.ndarray], float], bud
         from hdp.learn.trainer import TrainConfig, train
 
         cfg = TrainConfig(episodes=_UNBOUNDED, max_placements=budget.evaluations, deadline=deadline, seed=seed,
-                          progress=False, policy=policy, checkpoint=checkpoint)
+                          progress=False, policy=policy, checkpoint=checkpoint, patience=_PATIENCE)
         return train(lg, cost, cfg, warm_start=warm_start, candidates=cands)
     if policy or checkpoint:
         raise InputError(f"{method}: policy reuse is implemented for hsdag only")
