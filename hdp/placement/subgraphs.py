@@ -86,8 +86,9 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
     ops, then the lowest simulated latency; the whole cycle onto one device when no move helps);
     (2) pipeline cuts over the devices the placement uses — groups before a point in the groups'
     topological order on one device, the rest on another, which no cycle can cross; (3) the best
-    single device. Kept: a split if ``group_device`` was one, then the lowest simulated latency
-    (without costs, or ``nearest``: the fewest ops moved, for a placement whose point is its
+    single device. Kept: one that fits the devices' memory if any does, a split if ``group_device``
+    was one, then the lowest simulated cost of the problem's objective (without costs, or
+    ``nearest``: the fewest ops moved, for a placement whose point is its
     structure rather than its speed, such as a random one). A problem no single device can run
     may be returned tangled when no other candidate is legal."""
     st = problem.structure
@@ -102,7 +103,7 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
     sizes = np.diff(st.m_ptr)
 
     def cost(g) -> float:
-        return sim.latency(g) if sim is not None else float(sizes[g != gd0].sum())
+        return sim.cost(g) if sim is not None else float(sizes[g != gd0].sum())
 
     candidates = [g for g in (_greedy(problem, gd0, sim, sizes),) if g is not None]
     candidates += _pipeline_cuts(problem, gd0, sim, sizes)
@@ -114,7 +115,12 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
     if not candidates:
         return gd0.astype(np.int16), 0
     split = np.unique(gd0).shape[0] > 1
-    best = min(candidates, key=lambda g: (split and np.unique(g).shape[0] < 2, cost(g)))
+    fits = (lambda g: True)
+    if problem.memory_binds:  # a candidate over a device's memory only when none fits
+        from hdp.placement.simulate import Simulator
+
+        fits = Simulator(problem).feasible
+    best = min(candidates, key=lambda g: (not fits(g), split and np.unique(g).shape[0] < 2, cost(g)))
     return best.astype(np.int16), int((best != gd0).sum())
 
 
@@ -166,8 +172,9 @@ def _greedy(problem: PlacementProblem, gd0: np.ndarray, sim, sizes) -> np.ndarra
 def _pipeline_cuts(problem: PlacementProblem, gd0: np.ndarray, sim, sizes, tries: int = 16) -> list[np.ndarray]:
     """The best legal two-stage pipelines over each ordered pair of devices ``gd0`` uses: groups
     before a point in topological order on the first device, the rest on the second (a group not
-    allowed there goes to the other, else keeps its device). Ranked by simulated latency (without
-    costs: ops moved); the first legal one per pair."""
+    allowed there goes to the other, else keeps its device). Ranked by the simulated cost of the
+    problem's objective (without costs: ops moved), those over a device's memory last; the first
+    legal one per pair."""
     used = [int(d) for d in np.unique(gd0)]
     k = problem.n_groups
     idx = np.arange(k)
@@ -180,7 +187,12 @@ def _pipeline_cuts(problem: PlacementProblem, gd0: np.ndarray, sim, sizes, tries
             other = np.where(rows == a, b, a)
             ok = problem.allowed[idx[None, :], rows]
             rows = np.where(ok, rows, np.where(problem.allowed[idx[None, :], other], other, gd0[None, :]))
-            keys = sim.latencies(rows) if sim is not None else ((rows != gd0[None, :]) * sizes[None, :]).sum(axis=1)
+            keys = sim.costs(rows) if sim is not None else ((rows != gd0[None, :]) * sizes[None, :]).sum(axis=1)
+            if problem.memory_binds:  # cuts over a device's memory go last
+                from hdp.placement.simulate import Simulator
+
+                fits = Simulator(problem).feasible if sim is None else sim.feasible
+                keys = np.where([fits(r) for r in rows], keys, np.inf)
             for r in np.argsort(keys, kind="stable")[:tries]:
                 if np.unique(rows[r]).shape[0] > 1 and not _tangled(problem, rows[r]):
                     out.append(rows[r].astype(np.int64))
