@@ -169,7 +169,7 @@ def test_deadline_stops_training_mid_episode_with_time_left_for_the_caller(monke
     its first episode, before the deadline minus the reserve."""
     m = blocks_module()
     clock = FakeClock()
-    monkeypatch.setattr(trainer, "_now", clock)
+    monkeypatch.setattr(trainer, "now", clock)
     ev = reference(m)
 
     def slow(gd):
@@ -194,7 +194,7 @@ def test_deadline_is_checked_during_imitation(monkeypatch):
     the 300 imitation steps."""
     m = blocks_module()
     clock = FakeClock(tick=0.01)
-    monkeypatch.setattr(trainer, "_now", clock)
+    monkeypatch.setattr(trainer, "now", clock)
     steps = []
     real_imitate = trainer.imitate
 

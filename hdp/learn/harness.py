@@ -151,14 +151,14 @@ def zero_shot(module, problem, policy: str) -> tuple[np.ndarray, dict]:
 
     from hdp.learn.graph import build_learn_graph
     from hdp.learn.model import HsdagNet, Problem
-    from hdp.learn.trainer import _load_weights, _restore, load_checkpoint
+    from hdp.learn.trainer import load_weights, restore_config, load_checkpoint
 
     t0 = time.perf_counter()
     lg = build_learn_graph(module, problem)
     t1 = time.perf_counter()
     ck = load_checkpoint(policy)
-    model = HsdagNet(_restore(ck, policy, lg))
-    _load_weights(model, ck, policy)
+    model = HsdagNet(restore_config(ck, policy, lg))
+    load_weights(model, ck, policy)
     t2 = time.perf_counter()
     with torch.no_grad():
         out = model(Problem(lg), ck.parse_config, mode="greedy", stochastic=False)

@@ -39,7 +39,7 @@ from torch import nn
 from hdp.learn.baseline_graph import DirectedView, directed_view
 from hdp.learn.config import PlacetoConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
-from hdp.learn.trainer import TrainResult, _now, _Run, _Stop
+from hdp.learn.trainer import TrainResult, now, TrainingRun, StopTraining
 
 _MASKED = -1e9
 #: Steps recomputed with gradient at once in an update (bounds the memory of long episodes).
@@ -143,7 +143,7 @@ def _train(lg, problem, evaluate, cfg: PlacetoConfig, warm_start, candidates) ->
     n, nd = lg.n_nodes, lg.n_devices
     run_cfg = TrainConfig(max_placements=cfg.max_placements, max_seconds=cfg.max_seconds, deadline=cfg.deadline,
                           top=cfg.top, seed=cfg.seed)
-    run = _Run(None, evaluate, run_cfg)
+    run = TrainingRun(None, evaluate, run_cfg)
     ep = _Episode(lg, directed_view(lg, problem))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -169,7 +169,7 @@ def _train(lg, problem, evaluate, cfg: PlacetoConfig, warm_start, candidates) ->
             if run.evaluations != stall_from[1]:
                 stall_from = (run.samples, run.evaluations)
             elif run.samples - stall_from[0] >= STALL:
-                raise _Stop("converged")
+                raise StopTraining("converged")
             _set_lr(opt, cfg, run)
             devs = np.empty((n + 1, n), np.int64)
             devs[0] = start
@@ -198,11 +198,11 @@ def _train(lg, problem, evaluate, cfg: PlacetoConfig, warm_start, candidates) ->
             if np.any(adv):
                 _update(net, opt, ep, devs, actions, adv, run)
             run.episode += 1
-    except _Stop as s:
+    except StopTraining as s:
         stopped = s.why
     return TrainResult(best_device_of=run.best_device_of, best_latency=run.best_latency,
                        best_source=run.best_source, evaluations=run.evaluations, samples=run.samples,
-                       failures=run.failures, episodes=run.episode, seconds=_now() - run.t0, groups=n,
+                       failures=run.failures, episodes=run.episode, seconds=now() - run.t0, groups=n,
                        stopped=stopped, curve=run.curve, top=run.top(cfg.top))
 
 
@@ -213,7 +213,7 @@ def _node_devices(lg: LearnGraph, group_device: np.ndarray) -> np.ndarray:
     return counts.argmax(axis=1).astype(np.int64)
 
 
-def _returns(costs: np.ndarray, run: _Run, step_reward: bool) -> np.ndarray:
+def _returns(costs: np.ndarray, run: TrainingRun, step_reward: bool) -> np.ndarray:
     """Return of every step: (cost before it - final cost) / start cost; a failed evaluation costs
     twice the worst latency seen."""
     c = np.where(np.isnan(costs), 2.0 * max(run.worst, 1e-12), costs)
@@ -223,20 +223,20 @@ def _returns(costs: np.ndarray, run: _Run, step_reward: bool) -> np.ndarray:
     return (c[:-1] - c[-1]) / scale
 
 
-def _set_lr(opt, cfg: PlacetoConfig, run: _Run) -> None:
+def _set_lr(opt, cfg: PlacetoConfig, run: TrainingRun) -> None:
     """Linear decay from ``lr`` to ``lr_end`` over the run's progress (the budget share used)."""
     shares = [run.episode / cfg.episodes]
     if cfg.max_placements:
         shares.append(run.evaluations / cfg.max_placements)
     if run.stop_at != math.inf:
-        shares.append((_now() - run.t0) / max(run.stop_at - run.t0, 1e-9))
+        shares.append((now() - run.t0) / max(run.stop_at - run.t0, 1e-9))
     f = min(max(shares), 1.0)
     for g in opt.param_groups:
         g["lr"] = cfg.lr + (cfg.lr_end - cfg.lr) * f
 
 
 def _update(net: PlacetoNet, opt, ep: _Episode, devs: np.ndarray, actions: np.ndarray, adv: np.ndarray,
-            run: _Run) -> None:
+            run: TrainingRun) -> None:
     n = actions.shape[0]
     opt.zero_grad()
     for lo in range(0, n, _CHUNK):

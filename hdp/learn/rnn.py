@@ -35,7 +35,7 @@ from torch import nn
 from hdp.learn.baseline_graph import directed_view
 from hdp.learn.config import RnnConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
-from hdp.learn.trainer import TrainResult, _now, _Run, _Stop
+from hdp.learn.trainer import TrainResult, now, TrainingRun, StopTraining
 
 _MASKED = -1e9
 #: Stop once this many placements in a row were all evaluated before (the policy has converged:
@@ -159,7 +159,7 @@ def train_rnn(lg: LearnGraph, problem, evaluate, cfg: RnnConfig = RnnConfig(),
 def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> TrainResult:
     nd = lg.n_devices
     n_groups = cfg.groups or min(256, 20 * nd)
-    run = _Run(None, evaluate, TrainConfig(max_placements=cfg.max_placements, max_seconds=cfg.max_seconds,
+    run = TrainingRun(None, evaluate, TrainConfig(max_placements=cfg.max_placements, max_seconds=cfg.max_seconds,
                                            deadline=cfg.deadline, top=cfg.top, seed=cfg.seed))
     tables = _Tables(lg, problem, n_groups)
     with torch.random.fork_rng(devices=[]):
@@ -181,7 +181,7 @@ def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> Tra
             if run.evaluations != stall_from[1]:
                 stall_from = (run.samples, run.evaluations)
             elif run.samples - stall_from[0] >= STALL:
-                raise _Stop("converged")
+                raise StopTraining("converged")
             step = run.samples
             lr = cfg.lr * cfg.lr_decay ** (max(step - cfg.start_decay_step, 0) // cfg.decay_steps)
             for g in opt.param_groups:
@@ -206,9 +206,9 @@ def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> Tra
                 loss.backward()
                 nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_bound)
                 opt.step()
-    except _Stop as s:
+    except StopTraining as s:
         stopped = s.why
     return TrainResult(best_device_of=run.best_device_of, best_latency=run.best_latency,
                        best_source=run.best_source, evaluations=run.evaluations, samples=run.samples,
-                       failures=run.failures, episodes=run.samples, seconds=_now() - run.t0, groups=n_groups,
+                       failures=run.failures, episodes=run.samples, seconds=now() - run.t0, groups=n_groups,
                        stopped=stopped, curve=run.curve, top=run.top(cfg.top))

@@ -70,7 +70,7 @@ CHECKPOINT_VERSION = 1
 _SINGLE_THREAD_BELOW = 4000
 
 
-def _now() -> float:
+def now() -> float:
     """The clock of budgets and deadlines (``time.monotonic``; tests replace it)."""
     return time.monotonic()
 
@@ -93,7 +93,7 @@ class TrainResult:
     top: list[tuple[str, np.ndarray, float]] = field(default_factory=list)
 
 
-class _Stop(Exception):
+class StopTraining(Exception):
     def __init__(self, why: str):
         self.why = why
 
@@ -107,7 +107,7 @@ class _Sample:
     latency: float | None  # None: the evaluation failed
 
 
-class _Run:
+class TrainingRun:
     """Mutable run state: everything a checkpoint must carry to resume exactly."""
 
     def __init__(self, problem: Problem, evaluate, cfg: TrainConfig):
@@ -125,7 +125,7 @@ class _Run:
         self.failures = 0
         self.episode = 0
         self.ema: float | None = None
-        self.t0 = _now()
+        self.t0 = now()
         self.stop_at = min(self.t0 + cfg.max_seconds if cfg.max_seconds else math.inf,
                            math.inf if cfg.deadline is None else cfg.deadline)
         self.eval_seconds: list[float] = []  # wall time of each evaluator call of this run
@@ -139,20 +139,20 @@ class _Run:
         key = np.ascontiguousarray(device_of, np.int16).tobytes()
         c = self.cfg
         if c.patience and self.since_gain >= c.patience:
-            raise _Stop("no gain")
+            raise StopTraining("no gain")
         if key in self.cache:
             lat = self.cache[key]
         else:
             self.check_budget()
             self.evaluations += 1
-            t0 = _now()
+            t0 = now()
             try:
                 lat = float(self.evaluate(np.asarray(device_of, np.int16)))
                 if not math.isfinite(lat) or lat <= 0:
                     raise HdpError(f"evaluator returned latency {lat}")
             except HdpError:
                 lat = None
-            self.eval_seconds.append(_now() - t0)
+            self.eval_seconds.append(now() - t0)
             self.cache[key] = lat
             self.sources.setdefault(key, source)
         if self.gain_ref is None or (lat is not None and lat < self.gain_ref * (1 - c.min_gain)):
@@ -170,7 +170,7 @@ class _Run:
         self.curve.append({"index": len(self.curve), "episode": self.episode, "source": source,
                            "latency_s": "" if lat is None else lat, "failed": int(lat is None),
                            "best_s": self.best_latency if self.best_device_of is not None else "",
-                           "seconds": round(_now() - self.t0, 4)})
+                           "seconds": round(now() - self.t0, 4)})
         if self.bar is not None and self.best_device_of is not None:
             self.bar.set_postfix_str(f"best {self.best_latency * 1e3:.4g} ms")
         return lat
@@ -190,13 +190,13 @@ class _Run:
         n = len(self.eval_seconds) + (1 if evaluating else 0)
         reserve = min(self.cfg.reserve_evals, n) if n >= 2 else 0.0
         need = self.eval_estimate() * (reserve + (1 if evaluating else 0))
-        if _now() + need >= self.stop_at:
-            raise _Stop("seconds")
+        if now() + need >= self.stop_at:
+            raise StopTraining("seconds")
 
     def check_budget(self) -> None:
         c = self.cfg
         if c.max_placements and self.evaluations >= c.max_placements:
-            raise _Stop("placements")
+            raise StopTraining("placements")
         self.check_time(evaluating=True)
 
     def top(self, k: int) -> list[tuple[str, np.ndarray, float]]:
@@ -210,7 +210,7 @@ def _reward(lat: np.ndarray, kind: str) -> np.ndarray:
     return -np.log(lat) if kind == "neglog" else 1.0 / lat
 
 
-def _advantages(run: _Run, lats: list[float | None]) -> np.ndarray | None:
+def _advantages(run: TrainingRun, lats: list[float | None]) -> np.ndarray | None:
     if run.worst <= 0:
         return None  # nothing has succeeded yet: no scale for a penalty
     lat = np.array([run.cfg.fail_factor * run.worst if x is None else x for x in lats])
@@ -225,15 +225,15 @@ def _advantages(run: _Run, lats: list[float | None]) -> np.ndarray | None:
     return adv / sd if sd > 1e-12 else adv
 
 
-def _logp_entropy(model: HsdagNet, run: _Run, s: _Sample) -> tuple[torch.Tensor, torch.Tensor]:
+def _logp_entropy(model: HsdagNet, run: TrainingRun, s: _Sample) -> tuple[torch.Tensor, torch.Tensor]:
     out = model(run.p, run.cfg.parse, state=s.state, rounds=s.rounds, stochastic=run.cfg.stochastic_parse)
     dist = torch.distributions.Categorical(logits=out.logits)
     logp = dist.log_prob(s.actions).sum() + out.parse_logp
     return logp, dist.entropy().sum() + out.parse_entropy
 
 
-def _update(model: HsdagNet, opt: torch.optim.Optimizer, run: _Run, batch: list[_Sample]) -> None:
-    """One policy update on ``batch``; raises _Stop between PPO epochs when time is up."""
+def _update(model: HsdagNet, opt: torch.optim.Optimizer, run: TrainingRun, batch: list[_Sample]) -> None:
+    """One policy update on ``batch``; raises StopTraining between PPO epochs when time is up."""
     if len(batch) < 2:
         return
     adv = _advantages(run, [s.latency for s in batch])
@@ -259,7 +259,7 @@ def _update(model: HsdagNet, opt: torch.optim.Optimizer, run: _Run, batch: list[
         opt.step()
 
 
-def _greedy(model: HsdagNet, run: _Run) -> tuple[np.ndarray, Output]:
+def _greedy(model: HsdagNet, run: TrainingRun) -> tuple[np.ndarray, Output]:
     with torch.no_grad():
         out = model(run.p, run.cfg.parse, mode="greedy", stochastic=False)
     act = out.logits.argmax(dim=1).numpy()
@@ -303,7 +303,7 @@ def imitate(model: HsdagNet, opt: torch.optim.Optimizer, p: Problem, pc: ParseCo
     return loss_v
 
 
-def _save(path: str, model: HsdagNet, opt, gen: torch.Generator, run: _Run, pc: ParseConfig) -> None:
+def _save(path: str, model: HsdagNet, opt, gen: torch.Generator, run: TrainingRun, pc: ParseConfig) -> None:
     lg = run.p.graph
     ck = {
         "version": CHECKPOINT_VERSION,
@@ -404,7 +404,7 @@ def load_checkpoint(path: str) -> Checkpoint:
     return convert(ck, Checkpoint, lambda field, what: f"policy checkpoint '{path}': field '{field}' {what}")
 
 
-def _restore(ck: Checkpoint, path: str, lg: LearnGraph) -> ModelConfig:
+def restore_config(ck: Checkpoint, path: str, lg: LearnGraph) -> ModelConfig:
     if ck.feature_width != lg.feature_width or ck.cost_aware != lg.cost_aware:
         raise InputError(
             f"policy '{path}' was trained on {ck.feature_width} features per op "
@@ -418,7 +418,7 @@ def _restore(ck: Checkpoint, path: str, lg: LearnGraph) -> ModelConfig:
     return cfg
 
 
-def _load_weights(model: HsdagNet, ck: Checkpoint, path: str) -> None:
+def load_weights(model: HsdagNet, ck: Checkpoint, path: str) -> None:
     """``model.load_state_dict`` after checking names, shapes and values of every tensor."""
     want = model.state_dict()
     got = ck.state_dict
@@ -437,7 +437,7 @@ def _load_weights(model: HsdagNet, ck: Checkpoint, path: str) -> None:
     model.load_state_dict(got)
 
 
-def _load_run_state(ck: Checkpoint, path: str, model: HsdagNet, opt, gen: torch.Generator, run: "_Run",
+def _load_run_state(ck: Checkpoint, path: str, model: HsdagNet, opt, gen: torch.Generator, run: "TrainingRun",
                     lg: LearnGraph) -> None:
     """Restore optimizer, generator and counters of a resumed run, each checked first."""
     fresh = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
@@ -473,7 +473,7 @@ def _load_run_state(ck: Checkpoint, path: str, model: HsdagNet, opt, gen: torch.
     run.cache = {bytes.fromhex(k): v for k, v in ck.cache.items()}
 
 
-def _write_report(report_dir: str, run: _Run, result: TrainResult) -> None:
+def _write_report(report_dir: str, run: TrainingRun, result: TrainResult) -> None:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
     with atomic_path(d / "curve.csv") as tmp, open(tmp, "w", newline="") as f:
@@ -536,17 +536,17 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     ck = None
     if cfg.policy:
         ck = load_checkpoint(cfg.policy)
-        model_cfg = _restore(ck, cfg.policy, lg)
+        model_cfg = restore_config(ck, cfg.policy, lg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = HsdagNet(model_cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     problem = Problem(lg)
-    run = _Run(problem, evaluate, cfg)
+    run = TrainingRun(problem, evaluate, cfg)
     resumed = ck is not None and ck.digest == lg.digest
     if ck is not None:
-        _load_weights(model, ck, cfg.policy)
+        load_weights(model, ck, cfg.policy)
     if resumed:
         _load_run_state(ck, cfg.policy, model, opt, gen, run, lg)
 
@@ -583,12 +583,12 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
                     run.bar.update(1)
                     batch.append(_Sample(state, out.rounds, act, logp, lat))
                     state_sum = state_sum + model.state_delta(out, act)
-            except _Stop as s:
+            except StopTraining as s:
                 stopped = s.why
             if stopped != "seconds":  # with the time up, no update: it would overrun the budget
                 try:
                     _update(model, opt, run, batch)
-                except _Stop as s:
+                except StopTraining as s:
                     stopped = s.why
             if stopped != "done":
                 break
@@ -596,7 +596,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
             if cfg.greedy_each:
                 try:
                     run.score(_greedy(model, run)[0], "greedy")
-                except _Stop as s:
+                except StopTraining as s:
                     stopped = s.why
                     break
             if cfg.checkpoint:
@@ -606,9 +606,9 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
         if stopped == "done" and not (cfg.greedy_each and run.episode):
             try:
                 run.score(dev, "greedy")
-            except _Stop as s:
+            except StopTraining as s:
                 stopped = s.why
-    except _Stop as s:  # budget exhausted by the candidates or the warm start
+    except StopTraining as s:  # budget exhausted by the candidates or the warm start
         stopped = s.why
         groups = _greedy(model, run)[1].n_groups
     finally:
@@ -618,7 +618,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     result = TrainResult(
         best_device_of=run.best_device_of, best_latency=run.best_latency, best_source=run.best_source,
         evaluations=run.evaluations, samples=run.samples, failures=run.failures, episodes=run.episode,
-        seconds=_now() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed,
+        seconds=now() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed,
         top=run.top(cfg.top))
     if cfg.report_dir:
         _write_report(cfg.report_dir, run, result)
