@@ -114,6 +114,7 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
         if p.allowed[:, j].all() and sim.feasible(p.single(j))]
     left = _left(deadline)
     opt = Optimal() if left == math.inf else Optimal(time_limit=max(1.0, min(60.0, 0.25 * left)))
+    failed: InputError | None = None
     for label, opts in (("optimal", opt), ("heft", Heft()), ("hetero-auto", HeteroAuto())):
         sub = ctx
         if label == "optimal" and p.objective.kind() not in Optimal.serves:
@@ -121,15 +122,18 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
             sub = dataclasses.replace(ctx, problem=p.with_objective(Latency()))
         try:
             gd = place(opts, sub).group_device
-        except InputError:  # over a device's memory: not a candidate (optimal fails only when nothing fits)
-            if label == "optimal":
-                raise
+        except InputError as e:
+            # Over a device's memory, or (optimal) no placement within its share of the time: not
+            # a candidate. Raised only when no candidate is left at all.
+            failed = failed or e
             continue
         named.append((label, gd, False))
         if label != "hetero-auto":
             better, _, _, moves = refine(p, gd)
             if moves:
                 named.append((f"{label}+refine", better, False))
+    if not named and failed is not None:
+        raise failed
     seen: dict[bytes, Cand] = {}
     for name, gd, single in named:
         key = np.asarray(gd, np.int16).tobytes()
