@@ -39,7 +39,7 @@ from torch import nn
 from hdp.learn.baseline_graph import DirectedView, directed_view
 from hdp.learn.config import PlacetoConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
-from hdp.learn.trainer import TrainResult, now, TrainingRun, StopTraining
+from hdp.learn.trainer import StopTraining, TrainingRun, TrainResult, now, torch_threads
 
 _MASKED = -1e9
 #: Steps recomputed with gradient at once in an update (bounds the memory of long episodes).
@@ -131,12 +131,8 @@ def train_placeto(lg: LearnGraph, problem, evaluate, cfg: PlacetoConfig = Placet
     """Learn a placement of ``lg`` (the problem it was built from: ``problem``) with Placeto;
     ``evaluate(device per tie group) -> seconds``. See the module docstring."""
     cfg.check()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _train(lg, problem, evaluate, cfg, warm_start, candidates)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(lg, problem, evaluate, cfg: PlacetoConfig, warm_start, candidates) -> TrainResult:

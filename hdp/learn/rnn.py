@@ -35,7 +35,7 @@ from torch import nn
 from hdp.learn.baseline_graph import directed_view
 from hdp.learn.config import RnnConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
-from hdp.learn.trainer import TrainResult, now, TrainingRun, StopTraining
+from hdp.learn.trainer import StopTraining, TrainingRun, TrainResult, now, torch_threads
 
 _MASKED = -1e9
 #: Stop once this many placements in a row were all evaluated before (the policy has converged:
@@ -148,12 +148,8 @@ def train_rnn(lg: LearnGraph, problem, evaluate, cfg: RnnConfig = RnnConfig(),
     """Learn a placement of ``lg`` (built from ``problem``) with the hierarchical planner;
     ``evaluate(device per tie group) -> seconds``. See the module docstring."""
     cfg.check()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _train(lg, problem, evaluate, cfg, warm_start, candidates)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> TrainResult:

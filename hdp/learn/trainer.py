@@ -50,9 +50,10 @@ import json
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Callable, Literal
+from typing import Annotated, Callable, Iterator, Literal
 
 import msgspec
 import numpy as np
@@ -68,6 +69,20 @@ from hdp.validation import Count, Finite, NonNegative, Positive, convert
 
 CHECKPOINT_VERSION = 1
 _SINGLE_THREAD_BELOW = 4000
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` torch threads (``None``: unchanged), restoring the count after. The
+    learners' networks are small: one thread is faster, and spinning OpenMP workers slow everything
+    down on a loaded machine."""
+    threads = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def now() -> float:
@@ -516,15 +531,8 @@ def train(lg: LearnGraph, evaluate: Callable[[np.ndarray], float], cfg: TrainCon
     is evaluated and imitated before RL (both skipped when resuming).
     """
     cfg.check()
-    threads = torch.get_num_threads()
-    # The network is small: on graphs of a few thousand nodes one thread is faster, and spinning
-    # OpenMP workers slow everything down on a loaded machine.
-    if lg.n_nodes < _SINGLE_THREAD_BELOW:
-        torch.set_num_threads(1)
-    try:
+    with torch_threads(1 if lg.n_nodes < _SINGLE_THREAD_BELOW else None):
         return _train(lg, evaluate, cfg, warm_start, candidates)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
