@@ -102,6 +102,12 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         own = {f.name for f in msgspec.structs.fields(options)}
         return cls(**{k: getattr(options, k) for k in PLACER_OPTIONS if k in own}, **run)
 
+    @classmethod
+    def budget_of(cls, options) -> TrainConfig:
+        """The run budget (placements, seconds, deadline), ``top`` and ``seed`` of a learner's
+        ``options`` (placeto, rnn-placer), every other training field left at its default."""
+        return cls(**{k: getattr(options, k) for k in ("max_placements", "max_seconds", "deadline", "top", "seed")})
+
     def check(self) -> TrainConfig:
         """InputError naming the first field outside its declared bounds."""
         return recheck(self, lambda path, what: f"training option '{path}' {what}")

@@ -137,9 +137,7 @@ def train_placeto(lg: LearnGraph, problem, evaluate, cfg: PlacetoConfig = Placet
 
 def _train(lg, problem, evaluate, cfg: PlacetoConfig, warm_start, candidates) -> TrainResult:
     n, nd = lg.n_nodes, lg.n_devices
-    run_cfg = TrainConfig(max_placements=cfg.max_placements, max_seconds=cfg.max_seconds, deadline=cfg.deadline,
-                          top=cfg.top, seed=cfg.seed)
-    run = TrainingRun(None, evaluate, run_cfg)
+    run = TrainingRun(None, evaluate, TrainConfig.budget_of(cfg))
     ep = _Episode(lg, directed_view(lg, problem))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)

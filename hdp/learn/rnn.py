@@ -155,8 +155,7 @@ def train_rnn(lg: LearnGraph, problem, evaluate, cfg: RnnConfig = RnnConfig(),
 def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> TrainResult:
     nd = lg.n_devices
     n_groups = cfg.groups or min(256, 20 * nd)
-    run = TrainingRun(None, evaluate, TrainConfig(max_placements=cfg.max_placements, max_seconds=cfg.max_seconds,
-                                           deadline=cfg.deadline, top=cfg.top, seed=cfg.seed))
+    run = TrainingRun(None, evaluate, TrainConfig.budget_of(cfg))
     tables = _Tables(lg, problem, n_groups)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
