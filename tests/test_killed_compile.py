@@ -116,6 +116,9 @@ def kill_when(proc: subprocess.Popen, trigger: str, deadline: float) -> None:
     proc.send_signal(signal.SIGKILL)
 
 
+#: kill points inside a write: a temporary is left behind there
+WRITE_POINTS = ("atomic-before-rename", "placed-saved", "pair-")
+
 # (name, scenario, trigger or None, environment of the killed run)
 STAGES = [
     ("after lower", "virtual", "line:[hdp] lower", {}),
@@ -126,8 +129,10 @@ STAGES = [
     ("placed model saved, not committed", "virtual", None, {KILL_ENV: "placed-saved"}),
     ("between the .bin and .xml renames", "virtual", None, {KILL_ENV: "pair-bin-renamed"}),
     ("emit-ir written", "virtual", None, {KILL_ENV: "atomic-before-rename:m.hdp"}),
-    ("measuring the comparison", "virtual", "line:placed +worker+sleep0.5", {}),
-    ("training hsdag", "hsdag", "line:[hdp] coarsen+sleep1", {}),
+    # the parent dies while its worker runs the comparison's rounds (a timed trigger raced it: on a
+    # fast host the comparison had finished before the kill)
+    ("measuring the comparison", "virtual", None, {KILL_ENV: "worker-request:rounds"}),
+    ("training hsdag", "hsdag", None, {KILL_ENV: "trained-episode:3"}),
     ("writing the checkpoint", "hsdag", None, {KILL_ENV: "atomic-before-rename:policy.pt"}),
 ]
 
@@ -170,7 +175,7 @@ def test_killed_compile_leaves_nothing_and_rerun_is_identical(references, name, 
     while workers_of(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not workers_of(proc.pid), f"{name}: workers of the killed hdp still run"
-    if KILL_ENV in env:  # killed mid-write: it did leave a temporary (so the check below means something)
+    if env.get(KILL_ENV, "").startswith(WRITE_POINTS):  # killed mid-write: it did leave a temporary (so the check below means something)
         assert temporaries(work), f"{name}: the kill left nothing to clean"
     # the next run cleans what the killed one left, and writes what an uninterrupted run writes
     run_to_end(argv)

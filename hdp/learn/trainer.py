@@ -61,7 +61,7 @@ import torch
 from msgspec import Meta
 
 from hdp.errors import HdpError, InputError
-from hdp.fsutil import atomic_path, atomic_write
+from hdp.fsutil import atomic_path, atomic_write, kill_point
 from hdp.learn.config import ModelConfig, ParseConfig, TrainConfig, Width
 from hdp.learn.graph import LearnGraph
 from hdp.learn.model import MAX_DEVICES, HsdagNet, Output, Problem, Round
@@ -609,6 +609,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
                     break
             if cfg.checkpoint:
                 _save(cfg.checkpoint, model, opt, gen, run, cfg.parse)
+            kill_point("trained-episode", str(run.episode))  # test hook: dies mid-training
         dev, out = _greedy(model, run)
         groups = out.n_groups
         if stopped == "done" and not (cfg.greedy_each and run.episode):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import msgspec
 
+from hdp.fsutil import kill_point
 from hdp.runtime import protocol as P
 
 #: Seconds a worker may take to start and read the model (the per-request timeout, if larger).
@@ -100,6 +101,7 @@ class WorkerProcess:
         :class:`~hdp.runtime.protocol.Failed`. A dead, late or garbled worker raises WorkerFailure
         with the reason (and is gone afterwards)."""
         self._write(req)
+        kill_point("worker-request", P.op_of(req))  # test hook: the worker is busy with it
         while self.pending:  # replies to requests sent ahead come first; the work was wanted, not the reply
             self._reply(max(timeout, LOAD_TIMEOUT), self.pending.pop(0))
         op = P.op_of(req)
