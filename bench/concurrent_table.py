@@ -97,7 +97,7 @@ def place_zoo(name: str, tmp: Path, method: str, target: str) -> Path:
 
 
 def _inputs(model) -> list:
-    from hdp.ir.openvino_frontend import Specialisation
+    from hdp.ir.specialise import Specialisation
     from hdp.runtime.worker import _recorded_spec, random_inputs
 
     spec = _recorded_spec(model)

@@ -42,11 +42,11 @@ if placed:
     before = rss()
     compiled = compile_placed(xml, pm.target, placed=pm)
 else:
-    from hdp.ir import openvino_frontend as fe
+    from hdp.ir import specialise as sp
     core = ov.Core()
     model = core.read_model(xml)
     # the static specialisation hdp lowers (sequence 128, prefill) so the inputs have shapes
-    model = fe.specialise(model, fe.plan_specialisation(model, xml), xml, runnable=True)
+    model = sp.specialise(model, sp.plan_specialisation(model, xml), xml, runnable=True)
     before = rss()
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
 after_compile = rss()

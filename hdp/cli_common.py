@@ -116,7 +116,7 @@ def with_options(opts):
 
 
 def shape_request(input_shape, seq_len, phase):
-    from hdp.ir.openvino_frontend import parse_request
+    from hdp.ir.specialise import parse_request
 
     return parse_request(input_shape, seq_len, phase)
 

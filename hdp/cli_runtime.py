@@ -377,7 +377,7 @@ def _evaluate_several(files: list[str], tgt, *, runs, warmup, timeout, plain, re
     first = files[0]
     for f in files[1:]:
         if specs[f] != specs[first]:
-            from hdp.ir.openvino_frontend import Specialisation
+            from hdp.ir.specialise import Specialisation
 
             def shapes(text, where):
                 return Specialisation.from_json(text, where).input_shapes() if text else "no recorded shapes"

@@ -110,7 +110,8 @@ def show(path: str) -> str:
 
         return describe_blob(p)
     if p.suffix.lower() in (".xml", ".onnx"):
-        from hdp.ir.openvino_frontend import lower_file_model, read_model
+        from hdp.ir.openvino_frontend import lower_file_model
+        from hdp.ir.openvino_read import read_model
         from hdp.runtime.placed import placed_from_model
 
         model = read_model(p)  # read once: lowered for the summary, then checked for affinities

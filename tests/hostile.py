@@ -196,7 +196,8 @@ def forge_entry(cache_root: str | os.PathLike, key: str, module) -> Path:
 def lower_key(cache_root: str | os.PathLike, xml: str | os.PathLike, request=None) -> str:
     """The pass-cache key of the lowered ``xml`` (as ``hdp compile`` computes it)."""
     from hdp.ir import serde
-    from hdp.ir.openvino_frontend import as_request, file_digest
+    from hdp.ir.openvino_read import file_digest
+    from hdp.ir.specialise import as_request
     from hdp.pipeline import FRONTEND_VERSION
 
     xml = Path(xml)

@@ -60,7 +60,8 @@ def cancel_xml(tmp_path_factory):
 
 
 def test_a_placement_is_held_to_its_devices_precision(cancel_xml):
-    from hdp.ir.openvino_frontend import lower, parse_request
+    from hdp.ir.openvino_frontend import lower
+    from hdp.ir.specialise import parse_request
     from hdp.runtime.target import load_target
     from hdp.runtime.verify import PlacementChecker
 

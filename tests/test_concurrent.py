@@ -13,7 +13,8 @@ from hdp.errors import InputError
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
 from hdp.placement import _kernels as K
-from hdp.runtime.concurrent import compile_concurrent, lane_cores, split_model
+from hdp.runtime.concurrent import compile_concurrent, lane_cores
+from hdp.runtime.concurrent_split import split_model
 from hdp.runtime.devices import make_core
 from hdp.runtime.placed import compile_placed, write_placed
 from hdp.runtime.target import load_target

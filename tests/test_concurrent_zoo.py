@@ -44,7 +44,7 @@ def test_tiny_zoo_models_run_concurrently(zoo_export, name, tmp_path):
     xml = zoo_export(name)
     out = heft_placed(xml, tmp_path)
     pm = read_placed(out)
-    from hdp.ir.openvino_frontend import Specialisation
+    from hdp.ir.specialise import Specialisation
     from hdp.runtime.worker import _recorded_spec
 
     spec = _recorded_spec(pm.model)

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from dynamic_models import build_cnn, build_encoder, build_stateful_lm, save
 from hdp.errors import InputError
-from hdp.ir import openvino_frontend as fe
-from hdp.ir.openvino_frontend import lower, parse_request
+from hdp.ir import op_identity as oi, openvino_frontend as fe, openvino_read as ovr
+from hdp.ir.openvino_frontend import lower
+from hdp.ir.specialise import parse_request
 from hdp.ir.types import Array, Placement
 from hdp.passes.manager import PassManager
 from hdp.pipeline import make_pass
@@ -86,7 +87,7 @@ def test_stateful_prefill_and_decode_specialisations(models):
     with pytest.raises(InputError, match="states .*:1,2,5,16;.*:1,2,3,16.* do not fit the model"):
         lower(models["lm"], parse_request(given[:1], seq_len=3, phase="decode"))  # keys and values disagree
     # same structure whatever the specialisation: the ops are the original's
-    assert fe.graph_structure(pre.graph) == fe.graph_structure(dec.graph)
+    assert oi.graph_structure(pre.graph) == oi.graph_structure(dec.graph)
 
 
 def test_lowering_a_stateful_model_is_deterministic(models):
@@ -150,7 +151,7 @@ def test_structure_check_refuses_a_different_model(models, tmp_path):
     shutil.copy(models["cnn"].with_suffix(".bin"), xml.with_suffix(".bin"))
     m = lower(xml)
     save(build_encoder(), xml)  # another model under the same name; the digest check is bypassed
-    m = m.replace(meta={**m.meta, "source_digest": fe.file_digest(xml)})
+    m = m.replace(meta={**m.meta, "source_digest": ovr.file_digest(xml)})
     with pytest.raises(InputError, match="changed since it was lowered"):
         write_placed(placed(m, np.zeros(m.graph.n_ops)), tmp_path / "p.xml")
 
@@ -184,11 +185,11 @@ def test_name_mapping_helpers():
             return self.n
 
     ops = [Node("a"), Node("b,c"), Node("a"), Node("d")]
-    index = fe.name_positions(ops)
+    index = oi.name_positions(ops)
     assert index == {"a": [0, 2], "b,c": [1], "d": [3]}
-    assert fe.layer_names_to_positions("b,c,d", index) == [1, 3]
-    assert fe.layer_names_to_positions("zzz,a", index) == [0, 2]
-    assert fe.supported_mask(ops, {"d", "a", "nope"}).tolist() == [True, False, True, True]
+    assert oi.layer_names_to_positions("b,c,d", index) == [1, 3]
+    assert oi.layer_names_to_positions("zzz,a", index) == [0, 2]
+    assert oi.supported_mask(ops, {"d", "a", "nope"}).tolist() == [True, False, True, True]
 
 
 # --------------------------------------------------------------------------- written models keep their shapes

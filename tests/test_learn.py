@@ -28,7 +28,8 @@ import torch_geometric  # noqa: E402,F401
 import hdp.learn.trainer as trainer  # noqa: E402
 from hdp.learn.graph import build_learn_graph  # noqa: E402
 from hdp.learn.model import HsdagNet, ModelConfig, ParseConfig, Problem  # noqa: E402
-from hdp.learn.trainer import TrainConfig, imitate, load_checkpoint, train  # noqa: E402
+from hdp.learn.checkpoint import load_checkpoint  # noqa: E402
+from hdp.learn.trainer import TrainConfig, imitate, train  # noqa: E402
 
 DEV2 = ("A", "B")
 

@@ -408,7 +408,8 @@ def test_a_prestarted_worker_reads_the_model_ahead(tiny, virtual):
     """`hdp compile` starts its worker with the model and shape request before lowering: the first
     load then takes the model read and specialised ahead. A request lowering would refuse is left for
     lowering to report (the load reads the model itself)."""
-    from hdp.ir.openvino_frontend import ShapeRequest, checked_source
+    from hdp.ir.openvino_frontend import checked_source
+    from hdp.ir.specialise import ShapeRequest
     from hdp.runtime.worker_client import prestart_worker, worker_reuse
 
     xml, _ = checked_source(tiny)

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from hdp.cli import main
 from hdp.errors import InputError
 from hdp.ir.build import graph_from_edges
-from hdp.ir.openvino_frontend import layer_names_to_positions, lower
+from hdp.ir.op_identity import layer_names_to_positions
+from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Op, Support
 from hdp.passes.registry import registry
 from hdp.passes.manager import PassManager

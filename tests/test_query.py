@@ -80,7 +80,7 @@ def _mixed_model():
 def _whole_and_new(model, device="CPU"):
     import openvino as ov
 
-    from hdp.ir.openvino_frontend import supported_mask
+    from hdp.ir.op_identity import supported_mask
 
     core = ov.Core()
     ops_ = model.get_ordered_ops()

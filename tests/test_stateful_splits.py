@@ -94,7 +94,8 @@ def test_untangle_always_leaves_no_state_tangled(seed, n, n_states):
 
 @pytest.fixture(scope="module")
 def llama2(tmp_path_factory):
-    from hdp.ir.openvino_frontend import lower, parse_request
+    from hdp.ir.openvino_frontend import lower
+    from hdp.ir.specialise import parse_request
 
     xml = save(build_llama_lm(layers=2), tmp_path_factory.mktemp("llama") / "llama.xml")
     return xml, lower(xml, parse_request([], seq_len=8))
@@ -127,13 +128,13 @@ def test_optimum_layout_structure(llama2):
 def _hetero(xml, module, device_of):
     """Compile the placement the way hdp writes it (legalized, dynamic shapes kept) with HETERO on
     two f32 CPU plugin instances; returns the compiled model or raises OpenVINO's RuntimeError."""
-    from hdp.ir import openvino_frontend as fe
+    from hdp.ir import openvino_read as ovr
     from hdp.ir.openvino_legalize import legalize
     from hdp.placement.structure import PLACED, roles
     from hdp.runtime.devices import make_core
     from hdp.runtime.target import load_target
 
-    model = fe.read_model(xml)
+    model = ovr.read_model(xml)
     names = [("CPU", "CPU_B")[int(d)] for d in device_of]
     legalize(model, list(model.get_ordered_ops()), roles(module.graph) == PLACED, names)
     for op in model.get_ordered_ops():

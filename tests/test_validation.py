@@ -218,7 +218,7 @@ def saved_policy(tmp_path_factory):
 def test_checkpoint_fields_are_declared(saved_policy, tmp_path, change, words):
     import torch
 
-    from hdp.learn.trainer import load_checkpoint
+    from hdp.learn.checkpoint import load_checkpoint
 
     assert load_checkpoint(str(saved_policy)).model_config.hidden == 32
     ck = torch.load(saved_policy, weights_only=True)

@@ -3,8 +3,8 @@
 The written model is the user's original, read fresh from the module's source file: dynamic
 shapes, names, rt_info and weights as they were (only inputs of dynamic element type or rank take
 the specialisation's, since no device compiles those; see
-:func:`hdp.ir.openvino_frontend.refine_for_devices`). Ops are matched to the module's by position
-and structure (:func:`hdp.ir.openvino_frontend.check_structure`), never by name. Each layer (Parameter, Constant and Result included) carries
+:func:`hdp.ir.specialise.refine_for_devices`). Ops are matched to the module's by position
+and structure (:func:`hdp.ir.op_identity.check_structure`), never by name. Each layer (Parameter, Constant and Result included) carries
 ``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
 ``<hdp>`` records the device list, the method, the target, the module digest and the digest of the
 ``.bin`` written with it (so a loader detects a mismatched pair). Weights are

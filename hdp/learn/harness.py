@@ -151,7 +151,7 @@ def zero_shot(module, problem, policy: str) -> tuple[np.ndarray, dict]:
 
     from hdp.learn.graph import build_learn_graph
     from hdp.learn.model import HsdagNet, Problem
-    from hdp.learn.trainer import load_weights, restore_config, load_checkpoint
+    from hdp.learn.checkpoint import load_checkpoint, load_weights, restore_config
 
     t0 = time.perf_counter()
     lg = build_learn_graph(module, problem)

@@ -57,7 +57,7 @@ def compile_model(model: str | Path, output: str | Path, target: Target | str, *
     ``seed`` and ``options`` (the placer's options, as ``--set`` gives them) fill the partition pass,
     ``refine`` the assign pass; given with ``passes``, they fill what the text leaves out and must
     agree with what it states (``labels`` names their flags in errors). ``shapes``: a
-    :class:`~hdp.ir.openvino_frontend.ShapeRequest` (or ``{input: shape}``). ``cache``: the pass
+    :class:`~hdp.ir.specialise.ShapeRequest` (or ``{input: shape}``). ``cache``: the pass
     cache (None: none); measurements are cached beside it (``<cache>/measure``). ``instruments``
     observe every stage (a :class:`~hdp.passes.instruments.Timing` is always added for the
     report). ``check``: run the placement under HETERO against the original before writing, repair

@@ -40,12 +40,12 @@ FRONTEND_VERSION = 4
 
 class Lower:
     """Lower a model file (OpenVINO .xml or .onnx) at a shape request
-    (:class:`~hdp.ir.openvino_frontend.ShapeRequest`, a ``{input: shape}`` dict, or None)."""
+    (:class:`~hdp.ir.specialise.ShapeRequest`, a ``{input: shape}`` dict, or None)."""
 
     name = "lower"
 
     def __init__(self, model: str | Path, request=None):
-        from hdp.ir.openvino_frontend import as_request
+        from hdp.ir.specialise import as_request
 
         self.model = Path(model)
         self.request = as_request(request)
@@ -57,7 +57,7 @@ class Lower:
         return ("graph",)
 
     def cache_key(self) -> str | None:
-        from hdp.ir.openvino_frontend import file_digest
+        from hdp.ir.openvino_read import file_digest
 
         if not self.model.is_file():
             return None  # lowering says what is wrong with it
@@ -65,7 +65,7 @@ class Lower:
             ["lower", FRONTEND_VERSION, str(self.model.resolve()), file_digest(self.model), self.request]))
 
     def accepts(self, before: Module | None, after: Module) -> bool:
-        from hdp.ir.openvino_frontend import file_digest
+        from hdp.ir.openvino_read import file_digest
 
         return (after.meta.get("source") == str(self.model.resolve())
                 and after.meta.get("source_digest") == file_digest(self.model))
@@ -177,7 +177,7 @@ class Raise(_AfterPlacement):
 
 def lower_cached(xml: str | Path, request, cache: PassCache | None, instruments: Sequence[Instrument] = ()) -> Module:
     """Lower a model, reusing a cached Module when the model files and the requested
-    specialisation (a :class:`~hdp.ir.openvino_frontend.ShapeRequest`, or a ``{input: shape}``
+    specialisation (a :class:`~hdp.ir.specialise.ShapeRequest`, or a ``{input: shape}``
     dict) are unchanged: the :class:`Lower` stage run by a manager."""
     return PassManager([Lower(xml, request)], cache=cache, instruments=list(instruments)).run(None)
 

@@ -107,7 +107,7 @@ def _seeded_run(compiled, spec) -> list[np.ndarray]:
     request starts them: empty, or the shapes of the specialisation)."""
     import openvino as ov
 
-    from hdp.ir.openvino_frontend import state_tensors
+    from hdp.ir.specialise import state_tensors
     from hdp.runtime.worker import random_inputs
 
     req = compiled.create_infer_request()
@@ -133,7 +133,7 @@ def export_blob(xml: str | os.PathLike, out: str | os.PathLike, target: Target |
     import openvino as ov
 
     from hdp.fsutil import atomic_write
-    from hdp.ir.openvino_frontend import Specialisation
+    from hdp.ir.specialise import Specialisation
     from hdp.runtime.devices import hetero_name, make_core, plugin_library
     from hdp.runtime.placed import model_info, compile_placed, read_placed
     from hdp.runtime.worker import ov_message

@@ -72,7 +72,7 @@ __all__ = ["Measurer", "evaluate_placed", "measure_plain", "placed_device_of"]
 
 
 def _file_digest(xml: Path) -> str:
-    from hdp.ir.openvino_frontend import file_digest
+    from hdp.ir.openvino_read import file_digest
 
     return file_digest(xml)
 
@@ -88,7 +88,8 @@ class _Source(msgspec.Struct, frozen=True):
 
 def _source_of(source, tmpdir_factory) -> _Source:
     if isinstance(source, Module):
-        from hdp.ir.openvino_frontend import checked_source, graph_structure
+        from hdp.ir.op_identity import graph_structure
+        from hdp.ir.openvino_frontend import checked_source
 
         xml, digest = checked_source(source)
         spec = source.meta.get("specialisation", "")
@@ -106,7 +107,7 @@ def _source_of(source, tmpdir_factory) -> _Source:
     if hasattr(source, "get_ordered_ops"):  # an ov.Model: saved for the worker to read
         import openvino as ov
 
-        from hdp.ir.openvino_frontend import op_structure
+        from hdp.ir.op_identity import op_structure
 
         xml = Path(tmpdir_factory()) / "model.xml"
         ov.save_model(source, str(xml), compress_to_fp16=False)

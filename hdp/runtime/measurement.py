@@ -139,7 +139,7 @@ def placed_file(xml: str | os.PathLike, name: str | None = None, target: Target 
     device, else ``("file", digest)`` of its op structure and every op's device: two files with
     equal identities run the same graph on the same devices. With ``target``, every device the
     file uses must be one of its (InputError otherwise)."""
-    from hdp.ir.openvino_frontend import op_structure
+    from hdp.ir.op_identity import op_structure
     from hdp.runtime.placed import read_placed
 
     pm = read_placed(xml)

@@ -177,7 +177,7 @@ def restore_affinity(model, source: str = "<model>") -> list[str]:
 
 
 def read_placed(xml: str | os.PathLike) -> PlacedModel:
-    from hdp.ir.openvino_frontend import read_model
+    from hdp.ir.openvino_read import read_model
 
     xml = Path(xml)
     return placed_from_model(read_model(xml), xml)

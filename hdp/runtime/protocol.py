@@ -36,7 +36,7 @@ from typing import Literal, Union
 
 import msgspec
 
-from hdp.ir.openvino_frontend import ShapeRequest
+from hdp.ir.specialise import ShapeRequest
 from hdp.runtime.target import Target
 
 #: Test hook: ``crash`` (SIGSEGV), ``hang`` or ``raise`` in every request that compiles or queries
@@ -68,9 +68,9 @@ class Placement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 class Load(_Message, tag="load"):
     """Read ``xml`` and hold it for the requests that follow.
 
-    ``spec``: the JSON :class:`~hdp.ir.openvino_frontend.Specialisation` to run at (empty: the one
+    ``spec``: the JSON :class:`~hdp.ir.specialise.Specialisation` to run at (empty: the one
     a placed model records, else the frontend's defaults); ``structure``: the digest of the
-    caller's :func:`~hdp.ir.openvino_frontend.graph_structure` (None: not checked); ``roles``: int8
+    caller's :func:`~hdp.ir.op_identity.graph_structure` (None: not checked); ``roles``: int8
     per op (:func:`hdp.placement.structure.roles`), with which a placement over several devices is
     legalized as the backend does. Support queries and profiles compile the runnable
     specialisation (static inputs); measurements and checks compile the model as hdp writes it
@@ -176,7 +176,7 @@ class Release(_Message, tag="release"):
 class Check(_Message, tag="check"):
     """Compile a placement as hdp writes it (``placement``, legalized on a copy of the original,
     dynamic shapes kept; or the placed model file ``xml``) with HETERO, run every check run
-    (:func:`hdp.ir.openvino_frontend.check_runs`) and compare each output with the original on the
+    (:func:`hdp.ir.specialise.check_runs`) and compare each output with the original on the
     plain CPU plugin in f32. ``rename`` maps device names to the devices that stand in for them
     (modeled devices run on CPU instances). When the largest error is above ``tolerance`` (the
     caller's base tolerance), the reply also gives each used device's own error running the

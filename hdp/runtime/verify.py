@@ -4,7 +4,7 @@ A check compiles the placement as hdp writes it (:func:`hdp.ir.openvino_legalize
 user's original model, dynamic shapes kept) with HETERO, in the measuring worker (a crash costs a
 failed check, not the compile), runs it on seeded inputs — at the specialisation, a dynamic model
 also at a second shape, a stateful model as a prefill and two generation steps with the state
-carried (:func:`hdp.ir.openvino_frontend.check_runs`) — and compares every output with the
+carried (:func:`hdp.ir.specialise.check_runs`) — and compares every output with the
 original compiled on the plain CPU plugin in f32 (f32 KV cache). The relative L2 error must stay
 below :func:`tolerance`, or :data:`PRECISION_MARGIN` times the error of the original compiled on the
 least precise used device alone when that is larger (:func:`calibrated`): a placement is held to

@@ -170,18 +170,18 @@ class Worker:
     def preload(self, req: P.Preload) -> P.Done:
         """Read and specialise ``xml`` for ``request`` (a ShapeRequest, as lowering does) ahead of
         its ``load``, which then takes it from here (matched by file and specialisation)."""
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import openvino_read as ovr, specialise as sp
 
         xml = req.xml
-        original = fe.read_model(xml)
-        spec = fe.plan_specialisation(original, xml, req.request)
+        original = ovr.read_model(xml)
+        spec = sp.plan_specialisation(original, xml, req.request)
         text = spec.to_json()
-        self.preloaded = {self._read_key(xml, text): (original, fe.specialise(original, spec, xml, runnable=True))}
+        self.preloaded = {self._read_key(xml, text): (original, sp.specialise(original, spec, xml, runnable=True))}
         return P.Done()
 
     def load(self, req: P.Load) -> P.Loaded:
         from hdp.errors import StaleInput
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import op_identity as oi, openvino_read as ovr, specialise as sp
 
         self.target = req.target
         xml = req.xml
@@ -190,12 +190,12 @@ class Worker:
         self.preloaded = {}
         if ahead is not None:
             original, self.model = ahead
-            spec = fe.Specialisation.from_json(text, xml)
+            spec = sp.Specialisation.from_json(text, xml)
         else:
-            original = fe.read_model(xml)
+            original = ovr.read_model(xml)
             text = text or _recorded_spec(original)
-            spec = fe.Specialisation.from_json(text, xml) if text else fe.plan_specialisation(original, xml)
-            self.model = fe.specialise(original, spec, xml, runnable=True)
+            spec = sp.Specialisation.from_json(text, xml) if text else sp.plan_specialisation(original, xml)
+            self.model = sp.specialise(original, spec, xml, runnable=True)
         self.ops = list(self.model.get_ordered_ops())
         self.original, self.spec, self.xml = original, spec, xml
         self._as_written = None
@@ -203,22 +203,22 @@ class Worker:
         self.sigs = None
         self.alone = {}  # (runs, device) -> relative error of the original on that device alone
         want = req.structure
-        if want is not None and fe.op_structure(self.ops).digest() != want:
+        if want is not None and oi.op_structure(self.ops).digest() != want:
             raise StaleInput(f"{xml}: model.xml changed since it was lowered (its ops differ from the "
                              f"module's); lower it again")
         self.roles = np.frombuffer(req.roles, np.int8) if req.roles else None
         if self.roles is not None and self.roles.shape[0] != len(self.ops):
             raise StaleInput(f"{xml}: the placement roles cover {self.roles.shape[0]} ops, the model has "
                              f"{len(self.ops)}; lower it again")
-        self.index = fe.name_positions(self.ops)
-        self.states = fe.state_tensors(spec)
+        self.index = oi.name_positions(self.ops)
+        self.states = sp.state_tensors(spec)
         self.inputs = None  # made on the first run: a query must not allocate the model's inputs
         aff = []
         for op in original.get_ordered_ops():
             rt = op.get_rt_info()
             key = "user_dataaffinity" if "user_dataaffinity" in rt else "affinity"
             aff.append(rt[key].astype(str) if key in rt else "")
-        names, _ = fe.unique_names(self.ops)
+        names, _ = oi.unique_names(self.ops)
         return P.Loaded(n_ops=len(self.ops), names=names, affinity=aff, spec=spec.to_json(),
                         read_ahead=ahead is not None)
 
@@ -263,14 +263,14 @@ class Worker:
 
     def _written(self):
         """The file's model as hdp writes it (dynamic shapes kept; only inputs of dynamic element
-        type or rank refined, see :func:`hdp.ir.openvino_frontend.refine_for_devices`), made once:
+        type or rank refined, see :func:`hdp.ir.specialise.refine_for_devices`), made once:
         what a plain compile and a placement needing no rewrite compile. Inference feeds it the
         specialisation's inputs and states, so what is measured is what a user of the file runs."""
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import specialise as sp
 
         if self._as_written is None:
             model = self.original.clone()
-            fe.refine_for_devices(model, self.spec, self.xml)
+            sp.refine_for_devices(model, self.spec, self.xml)
             self._as_written = model
         return self._as_written
 
@@ -282,7 +282,7 @@ class Worker:
         Every op carries ``user_dataaffinity``; :func:`_set_affinity` makes it HETERO's. One path
         for ``measure``, ``prepare`` and ``check``: what is timed is what was checked and written."""
         from hdp.errors import InputError
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import specialise as sp
 
         if dev_of.shape[0] != len(self.ops):
             raise InputError(f"placement has {dev_of.shape[0]} ops, the model has {len(self.ops)}")
@@ -293,7 +293,7 @@ class Worker:
 
             model = self.original.clone()
             ops = list(model.get_ordered_ops())
-            fe.refine_for_devices(model, self.spec, self.xml)
+            sp.refine_for_devices(model, self.spec, self.xml)
             legalize(model, ops, self.roles == PLACED, names)
             return model
         model = self._written()
@@ -306,17 +306,17 @@ class Worker:
         must take the loaded model's inputs (names, element types, the specialisation's shapes)
         and give as many outputs, since it runs on the same inputs and is checked against it."""
         from hdp.errors import InputError
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import openvino_read as ovr, specialise as sp
         from hdp.runtime.placed import restore_affinity
 
-        model = fe.read_model(xml)
+        model = ovr.read_model(xml)
         if (len(model.inputs), len(model.outputs)) != (len(self.original.inputs), len(self.original.outputs)):
             raise InputError(f"{xml}: its inputs and outputs are not those of {self.xml}")
         for inp, ins in zip(model.inputs, self.spec.inputs):
             et = inp.get_element_type()
-            if fe._label(inp) != ins.name or (not et.is_dynamic() and fe._type_name(et) != ins.type) \
+            if sp.input_label(inp) != ins.name or (not et.is_dynamic() and sp.element_type_name(et) != ins.type) \
                     or not inp.get_partial_shape().compatible(_ov_shape(ins.shape)):
-                raise InputError(f"{xml}: input '{fe._label(inp)}' ({et.get_type_name()}{inp.get_partial_shape()}) "
+                raise InputError(f"{xml}: input '{sp.input_label(inp)}' ({et.get_type_name()}{inp.get_partial_shape()}) "
                                  f"does not take {self.xml}'s '{ins.name}' ({ins.type}{list(ins.shape)})")
         restore_affinity(model, xml)
         return model
@@ -503,11 +503,11 @@ class Worker:
         model, or the placed model file ``xml``) with HETERO, run every check run, and compare each
         output with the original on the plain CPU plugin (see :class:`~hdp.runtime.protocol.Check`)."""
         from hdp.errors import InputError
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import specialise as sp
 
         if (req.placement is None) == (req.xml is None):
             raise InputError("worker: check a placement or a placed file")
-        runs = msgspec.to_builtins(fe.check_runs(self.original, self.spec, self.xml))
+        runs = msgspec.to_builtins(sp.check_runs(self.original, self.spec, self.xml))
         if req.xml is not None:
             model = self._placed_file(req.xml)
         else:
@@ -545,7 +545,7 @@ class Worker:
         model from its initial state each time)."""
         import openvino as ov
 
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import specialise as sp
         from hdp.runtime.devices import make_core
 
         target = req.target
@@ -554,12 +554,12 @@ class Worker:
         with open(req.blob, "rb") as f:
             compiled = core.import_model(f.read(), req.device)
         import_s = time.perf_counter() - t0
-        spec = fe.Specialisation.from_json(req.spec, req.blob) if req.spec else None
+        spec = sp.Specialisation.from_json(req.spec, req.blob) if req.spec else None
         ireq = compiled.create_infer_request()
         shapes = [i.shape for i in spec.inputs] if spec is not None else None
         for i, a in enumerate(random_inputs(compiled, shapes=shapes)):
             ireq.set_input_tensor(i, ov.Tensor(a))
-        states = fe.state_tensors(spec) if spec is not None else {}
+        states = sp.state_tensors(spec) if spec is not None else {}
         held = [(st, ov.Tensor(states[st.name])) for st in ireq.query_state() if st.name in states]
         times = []
         for k in range(req.warmup + req.runs):
@@ -576,7 +576,7 @@ class Worker:
         mostly the plugin's own work, outside the GIL): a bool per op position per device."""
         import threading
 
-        from hdp.ir.openvino_frontend import supported_mask
+        from hdp.ir.op_identity import supported_mask
 
         devices = list(req.devices)
         answers: dict[str, object] = {}
@@ -601,13 +601,13 @@ class Worker:
         return P.Supported(supported={d: supported_mask(self.ops, answers[d]).tolist() for d in devices})
 
     def _signatures(self):
-        from hdp.ir import openvino_frontend as fe
+        from hdp.ir import specialise as sp
         from hdp.runtime import query
 
         if self.sigs is None:
             # a stateful model's runnable specialisation keeps its states dynamic: signatures take
             # the static shapes hdp costs, from the specialisation with static states
-            static = fe.specialise(self.original, self.spec, self.xml) if self.spec.state else self.model
+            static = sp.specialise(self.original, self.spec, self.xml) if self.spec.state else self.model
             self.sigs = query.signatures(static.get_ordered_ops())
         return self.sigs
 
@@ -850,7 +850,7 @@ def _runtime_nodes(compiled, positions: dict[str, list[int]], before: dict, afte
                    runs: list[dict] = ()) -> list[P.RuntimeNode]:
     """The runtime graph's nodes; ``positions`` maps the compiled model's friendly names to op
     positions; ``runs``: the counters after every timed run."""
-    from hdp.ir.openvino_frontend import layer_names_to_positions
+    from hdp.ir.op_identity import layer_names_to_positions
 
     rops = list(compiled.get_runtime_model().get_ordered_ops())
     index = {op: k for k, op in enumerate(rops)}  # ov Nodes hash and compare by identity

@@ -287,7 +287,7 @@ def prestart_worker(xml: str | os.PathLike | None = None, request=None) -> None:
     """Inside :func:`worker_reuse`, start a worker now for the next Measurer to take, so that
     OpenVINO's import in it overlaps the caller's own work (``hdp compile`` lowers meanwhile).
     With ``xml``, the worker also reads and specialises that model for ``request`` (a
-    :class:`~hdp.ir.openvino_frontend.ShapeRequest`) as lowering will, so the first load of it
+    :class:`~hdp.ir.specialise.ShapeRequest`) as lowering will, so the first load of it
     takes no time; a mistake there is left for lowering to report. Outside a block: nothing."""
     pool = _POOL.get()
     if pool is not None:
