@@ -105,7 +105,12 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
         worst = max(abs(o.features.subgraphs - o.hetero_subgraphs) / o.hetero_subgraphs for o in agree)
         click.echo(f"subgraph count: the simulator's equals HETERO_NUMBER_OF_SUBMODELS on {same} of {len(agree)} "
                    f"placements (largest difference {worst * 100:.1f} %)")
-    if store is not None:
+    odd = C.implausible(cal.models, cal.devices)
+    if odd:
+        click.echo(f"not stored: the fit is implausible ({'; '.join(odd)}; a plausible correction lies within "
+                   f"x{C.PLAUSIBLE[0]:.2f}…x{C.PLAUSIBLE[1]:.0f}): the devices did not run the placements the "
+                   f"way they ran the profile, and compiles using this fit would be misled", err=True)
+    elif store is not None:
         where = store.put(cal, tgt)
         click.echo(f"stored -> {where}")
     else:
@@ -114,3 +119,5 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
         from hdp.fsutil import atomic_write
 
         atomic_write(json_out, msgspec.json.format(msgspec.json.encode(cal), indent=1))
+    if odd:
+        raise SystemExit(1)

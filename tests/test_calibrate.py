@@ -93,6 +93,14 @@ def test_fit_recovers_known_parameters():
     assert np.median(np.abs(err)) < 0.01
 
 
+def test_a_fit_outside_the_plausible_range_is_named_per_model_and_device():
+    ok = C.ModelScale(costs="a", model="resnet50", compute_scale=1.4, device_scale=(1.0, 0.8))
+    odd = C.ModelScale(costs="b", model="mobilenet", compute_scale=0.01, device_scale=(1.0, 0.2))
+    assert C.implausible([ok], ["CPU", "CPU_B"]) == []
+    assert C.implausible([ok, odd], ["CPU", "CPU_B"]) == ["mobilenet: profile scale α 0.01",
+                                                          "mobilenet: device scale CPU_B x0.2"]
+
+
 def test_fit_is_robust_to_a_few_outliers_and_ignores_held_out_placements():
     rng = np.random.default_rng(1)
     truth = C.BoundaryModel(subgraph_overhead=300e-6, copy_latency=0.0, copy_per_byte=1.0 / 1e9)
