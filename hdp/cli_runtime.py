@@ -192,7 +192,7 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
         checked = check_placed_file(placed, tgt, timeout=timeout)
         if not checked.passed:
             raise MeasureError(f"{placed}: the placed model {checked.describe()}")
-        res = evaluate_placed(placed, tgt, plain=plain, plan=plan, **kw)
+        res = evaluate_placed(placed, tgt, unplaced_on=plain, plan=plan, **kw)
     except InputError as e:
         if not plain or "not a placed model" not in str(e):
             raise
@@ -304,8 +304,8 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
         res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
         if plain:
-            res["plain"] = m.serve(plain=plain, requests=requests, batches=batches,
-                                   plain_config=plain_streams_config(tgt.device(plain), requests))
+            res["plain"] = m.serve(unplaced_on=plain, requests=requests, batches=batches,
+                                   unplaced_config=plain_streams_config(tgt.device(plain), requests))
     simulated = None
     if sim["period"] and sim["requests"] == str(requests):
         simulated = 1.0 / float(sim["period"])

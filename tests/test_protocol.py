@@ -31,7 +31,7 @@ def test_messages_round_trip_typed():
     virtual = load_target("virtual")
     msgs = [P.Load(xml="m.xml", target=virtual, roles=b"\x01\x02"),
             P.Measure(placement=P.Placement(devices=["CPU", "CPU_B"], device_of=b"\x00\x00\x01\x00"), runs=3, warmup=1),
-            P.Prepare(plain="CPU", warmup=2), P.Rounds(handles=[0, 1], orders=[[0, 1], [1, 0]]),
+            P.Prepare(unplaced_on="CPU", warmup=2), P.Rounds(handles=[0, 1], orders=[[0, 1], [1, 0]]),
             P.Blob(blob="a.blob", device="HETERO:CPU", target=virtual, runs=1, warmup=0),
             P.Serve(placement=P.Placement(devices=["CPU"], device_of=b"\x00\x00"), requests=2, batches=3, per_batch=0,
                     warmup=1)]

@@ -352,7 +352,7 @@ class Measurer:
         key = self._key(["plain", device])
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return hit
-        m = self._run(P.Plain(device=device, runs=self.runs, warmup=self.warmup), f"plain:{device}")
+        m = self._run(P.Unplaced(device=device, runs=self.runs, warmup=self.warmup), f"plain:{device}")
         if self.cache is not None:
             self.cache.put(key, m)
         return m
@@ -401,7 +401,7 @@ class Measurer:
             if d.kind != "real":
                 raise InputError(f"device '{c.unplaced_on}' of target '{self.target.name}' is modeled; "
                                  f"it cannot run here")
-            return P.Prepare(plain=c.unplaced_on), f"plain:{c.unplaced_on}", ("one", c.unplaced_on)
+            return P.Prepare(unplaced_on=c.unplaced_on), f"plain:{c.unplaced_on}", ("one", c.unplaced_on)
         dev, devices = self._placement(c.device_of, c.devices)
         used = [d for k, d in enumerate(devices) if (dev == k).any()]
         return (P.Prepare(placement=P.Placement(devices=list(devices), device_of=dev.tobytes())),
@@ -589,18 +589,18 @@ class Measurer:
         return msgspec.to_builtins(reply)
 
     def serve(self, device_of=None, devices=None, *, requests: int, batches: int = 10, per_batch: int = 0,
-              plain: str | None = None, plain_config: dict | None = None) -> Served:
+              unplaced_on: str | None = None, unplaced_config: dict | None = None) -> Served:
         """Throughput with ``requests`` inferences in flight (:class:`~hdp.runtime.protocol.Serve`)
-        of a placement, or with ``plain`` of the unplaced model on that device (``plain_config``:
-        its compile options). ``per_batch`` inferences per window (0: the worker sizes windows of
+        of a placement, or with ``unplaced_on`` of the unplaced model on that device
+        (``unplaced_config``: its compile options). ``per_batch`` inferences per window (0: the worker sizes windows of
         about a quarter second), ``batches`` windows after ``warmup`` rounds. Never cached; failures
         come back as ``error``."""
         per_batch = int(per_batch)
-        if plain is not None:
-            if self.target.device(plain).kind != "real":
-                raise InputError(f"device '{plain}' of target '{self.target.name}' is modeled; it cannot run here")
-            what = f"plain:{plain}"
-            req = P.Serve(plain=plain, plain_config={k: str(v) for k, v in (plain_config or {}).items()},
+        if unplaced_on is not None:
+            if self.target.device(unplaced_on).kind != "real":
+                raise InputError(f"device '{unplaced_on}' of target '{self.target.name}' is modeled; it cannot run here")
+            what = f"plain:{unplaced_on}"
+            req = P.Serve(unplaced_on=unplaced_on, unplaced_config={k: str(v) for k, v in (unplaced_config or {}).items()},
                           requests=requests, batches=batches, per_batch=per_batch, warmup=self.warmup)
         else:
             dev, devices = self._placement(device_of, devices)
@@ -618,7 +618,7 @@ class Measurer:
         return Served(**base, rates=tuple(reply.rates), compile_seconds=reply.compile_seconds,
                       submodels=reply.submodels)
 
-    def _run(self, req: P.Measure | P.Plain, what: str) -> Measurement:
+    def _run(self, req: P.Measure | P.Unplaced, what: str) -> Measurement:
         base = dict(what=what, target=self.target.name, runs=self.runs, warmup=self.warmup)
         try:
             reply = self._call(req)
@@ -663,12 +663,12 @@ def placed_device_of(xml: str | os.PathLike, target: Target | None = None):
 
 
 def evaluate_placed(xml: str | os.PathLike, target: Target | str | None = None, *, runs: int = 10,
-                    warmup: int = 3, timeout: float = 120.0, plain: str | None = None,
+                    warmup: int = 3, timeout: float = 120.0, unplaced_on: str | None = None,
                     cache: bool | str | os.PathLike = True, plan: stats.SequentialPlan | None = None) -> dict:
-    """Measure a placed model; with ``plain``, head to head against the model compiled on that one
-    device instead.
+    """Measure a placed model; with ``unplaced_on``, head to head against the unplaced model
+    compiled on that one device instead.
 
-    Without ``plain``: ``{"placed": Measurement}`` (``runs`` runs, cached). With ``plain``:
+    Without ``unplaced_on``: ``{"placed": Measurement}`` (``runs`` runs, cached). With it:
     ``{"placed": Measurement, "plain": Measurement, "comparison": Comparison}`` from interleaved
     rounds (never cached; ``plan`` defaults to ``SequentialPlan(min_rounds=max(runs, 6))``); the
     comparison is the placement against the plain compile.
@@ -676,10 +676,10 @@ def evaluate_placed(xml: str | os.PathLike, target: Target | str | None = None, 
     tgt = load_target(target) if isinstance(target, str) else target
     dev, devices, tgt = placed_device_of(xml, tgt)
     with Measurer(xml, tgt, runs=runs, warmup=warmup, timeout=timeout, cache=cache) as m:
-        if not plain:
+        if not unplaced_on:
             return {"placed": m.measure(dev, devices)}
         plan = plan or stats.SequentialPlan(min_rounds=max(runs, 6), max_rounds=max(runs, 1000))
-        h = m.head_to_head([unplaced(plain), placed(dev, devices)], plan)
+        h = m.head_to_head([unplaced(unplaced_on), placed(dev, devices)], plan)
     out = {"placed": h.measurements[1], "plain": h.measurements[0]}
     if all(x.ok for x in h.measurements):
         out["comparison"] = h.compare(0, 1)

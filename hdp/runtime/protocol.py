@@ -16,7 +16,7 @@ request                   reply                      what the worker does
 :class:`Signatures`       :class:`SignatureTable`    each op's signature (:mod:`hdp.runtime.query`)
 :class:`QuerySignatures`  :class:`SignatureAnswers`  ``query_model`` per signature, on small cut-out models
 :class:`Measure`          :class:`Timed`             compile a placement with HETERO and time ``runs`` runs
-:class:`Plain`            :class:`Timed`             compile the unplaced model on one device and time it
+:class:`Unplaced`            :class:`Timed`             compile the unplaced model on one device and time it
 :class:`Profile`          :class:`Profiled`          per-node counters of the unplaced model on each device
 :class:`Prepare`          :class:`Prepared`          compile and warm up a head-to-head candidate; keep it
 :class:`Rounds`           :class:`RoundTimes`        run prepared candidates in interleaved rounds
@@ -124,7 +124,7 @@ class Measure(_Message, tag="measure"):
     execution: Execution = "sequential"
 
 
-class Plain(_Message, tag="plain"):
+class Unplaced(_Message, tag="unplaced"):
     """Compile the unplaced model (as written) on ``device``; ``runs`` timed runs after ``warmup``."""
 
     device: str
@@ -148,11 +148,11 @@ class Profile(_Message, tag="profile"):
 
 class Prepare(_Message, tag="prepare"):
     """Compile one head-to-head candidate, create an infer request with the inputs set, run the
-    warm-up, and keep both until released. Exactly one of ``plain`` (a device: the unplaced
+    warm-up, and keep both until released. Exactly one of ``unplaced_on`` (a device: the unplaced
     model), ``placement`` (as for :class:`Measure`) or ``xml`` (a placed model file of the loaded
     model: the same inputs, compiled as the file has it)."""
 
-    plain: str | None = None
+    unplaced_on: str | None = None
     placement: Placement | None = None
     xml: str | None = None
     warmup: int = 0
@@ -203,8 +203,8 @@ class Blob(_Message, tag="blob"):
 
 
 class Serve(_Message, tag="serve"):
-    """Throughput: compile ``placement`` with HETERO over the devices it uses (or, with ``plain``,
-    the unplaced model on that device with ``plain_config``) and keep ``requests`` inferences in
+    """Throughput: compile ``placement`` with HETERO over the devices it uses (or, with ``unplaced_on``,
+    the unplaced model on that device with ``unplaced_config``) and keep ``requests`` inferences in
     flight (an ``AsyncInferQueue``): ``warmup`` × ``requests`` inferences, then ``batches`` windows
     of ``per_batch`` inferences each (0: as many as take about a quarter second, judged by the
     warm-up), timed from the first start to the last completion. A CPU-plugin device the target
@@ -216,11 +216,11 @@ class Serve(_Message, tag="serve"):
     per_batch: int
     warmup: int
     placement: Placement | None = None
-    plain: str | None = None
-    plain_config: dict[str, str] = {}
+    unplaced_on: str | None = None
+    unplaced_config: dict[str, str] = {}
 
 
-Request = Union[Load, Preload, Query, Signatures, QuerySignatures, Measure, Plain, Profile, Prepare, Rounds, Release,
+Request = Union[Load, Preload, Query, Signatures, QuerySignatures, Measure, Unplaced, Profile, Prepare, Rounds, Release,
                 Check, Blob, Serve]
 
 
@@ -388,7 +388,7 @@ Reply = Union[Failed, Done, Loaded, Supported, SignatureTable, SignatureAnswers,
 
 #: The reply each request type gets (or :class:`Failed`).
 REPLY_TO: dict[type, type] = {Load: Loaded, Preload: Done, Query: Supported, Signatures: SignatureTable,
-                              QuerySignatures: SignatureAnswers, Measure: Timed, Plain: Timed,
+                              QuerySignatures: SignatureAnswers, Measure: Timed, Unplaced: Timed,
                               Profile: Profiled, Prepare: Prepared, Rounds: RoundTimes, Release: Done,
                               Check: Checked, Blob: Timed, Serve: Served}
 

@@ -367,12 +367,12 @@ class Worker:
 
         from hdp.errors import InputError
 
-        if (req.plain is None) == (req.placement is None):
+        if (req.unplaced_on is None) == (req.placement is None):
             raise InputError("worker: serve one of a plain device or a placement")
-        if req.plain is not None:
-            core = self.core((req.plain,))
+        if req.unplaced_on is not None:
+            core = self.core((req.unplaced_on,))
             t0 = time.perf_counter()
-            compiled = core.compile_model(self._written(), req.plain, dict(req.plain_config))
+            compiled = core.compile_model(self._written(), req.unplaced_on, dict(req.unplaced_config))
             compile_s, submodels = time.perf_counter() - t0, 0
         else:
             # the CPU plugin pins every pinned one-thread instance to the same core, which would run
@@ -403,13 +403,13 @@ class Worker:
     def prepare(self, req: P.Prepare) -> P.Prepared:
         from hdp.errors import InputError
 
-        if (req.plain is not None) + (req.placement is not None) + (req.xml is not None) != 1:
+        if (req.unplaced_on is not None) + (req.placement is not None) + (req.xml is not None) != 1:
             raise InputError("worker: prepare one of a plain device, a placement or a placed file")
         submodels = 0
-        if req.plain is not None:
-            core = self.core((req.plain,))
+        if req.unplaced_on is not None:
+            core = self.core((req.unplaced_on,))
             t0 = time.perf_counter()
-            compiled = core.compile_model(self._written(), req.plain, {})
+            compiled = core.compile_model(self._written(), req.unplaced_on, {})
             compile_s = time.perf_counter() - t0
         else:
             compiled, compile_s = self._compile_placed(req.placement, req.xml, req.execution)
@@ -655,7 +655,7 @@ class Worker:
                                   queries={d: answers[d][1]["queries"] for d in devices},
                                   seconds=time.perf_counter() - t0)
 
-    def plain(self, req: P.Plain) -> P.Timed:
+    def unplaced(self, req: P.Unplaced) -> P.Timed:
         core = self.core((req.device,))
         t0 = time.perf_counter()
         compiled = core.compile_model(self._written(), req.device, {})
@@ -753,7 +753,7 @@ HANDLERS: dict[type, _Route] = {
     P.Blob: _Route(Worker.blob, needs_model=False),
     P.Query: _Route(Worker.query),
     P.Measure: _Route(Worker.measure),
-    P.Plain: _Route(Worker.plain),
+    P.Unplaced: _Route(Worker.unplaced),
     P.Profile: _Route(Worker.profile),
     P.Prepare: _Route(Worker.prepare),
     P.Rounds: _Route(Worker.rounds, faulty=False),
