@@ -67,3 +67,31 @@ def test_stateful_zoo_llms_generate_concurrently(zoo_export, name, tmp_path):
     got = zoo.generate(compile_placed(out, execution="concurrent"), ids, steps=4, follow=want.tokens)
     assert max(relative_error(a, b) for a, b in zip(got.logits, want.logits)) <= 1e-3
     assert max(relative_error(a, b) for a, b in zip(got.logits, hetero.logits)) <= 1e-4
+
+
+def test_test_built_transformer_exports_run_concurrently(tmp_path):
+    """The transformer exports the dynamic-shape tests build (a transformers BERT through
+    ov.convert_model; a decoder made stateful the way optimum-intel does it), placed by heft on
+    virtual-2x1: the executor gives the plain f32 compile's outputs, and generates its logits."""
+    from dynamic_models import export_bert, export_stateful_lm
+
+    def split(out):  # both devices hold ops (heft splits both models here): the executor has work to do
+        return {op.get_rt_info()["affinity"].astype(str) for op in read_placed(out).model.get_ordered_ops()}
+
+    xml = export_bert(tmp_path / "bert.xml")
+    out = heft_placed(xml, tmp_path, seq_len=8)
+    assert split(out) == {"CPU", "CPU_B"}
+    rng = np.random.default_rng(0)
+    feed = {"input_ids": rng.integers(0, 100, (1, 8)), "attention_mask": np.ones((1, 8), np.int64),
+            "token_type_ids": np.zeros((1, 8), np.int64)}
+    want, got = plain(xml)(feed), compile_placed(out, execution="concurrent")(feed)
+    for j in range(len(want)):
+        assert relative_error(got[j], want[j]) <= 1e-3, j
+
+    xml = export_stateful_lm(tmp_path / "lm.xml")
+    out = heft_placed(xml, tmp_path, seq_len=16)
+    assert split(out) == {"CPU", "CPU_B"}
+    ids = np.random.default_rng(1).integers(1, 40, (1, 6))
+    want = zoo.generate(plain(xml), ids, steps=4)
+    got = zoo.generate(compile_placed(out, execution="concurrent"), ids, steps=4, follow=want.tokens)
+    assert max(relative_error(a, b) for a, b in zip(got.logits, want.logits)) <= 1e-3
