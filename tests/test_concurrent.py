@@ -438,10 +438,25 @@ def test_placers_serve_the_concurrent_objective_or_refuse_in_one_line():
     auto = place(method_from("auto"), ctx)
     assert sim.cost(auto.group_device) <= sim.cost(heft) + 1e-12
     assert "concurrent latency" in auto.info["report"]
-    for m in ("optimal", "hsdag"):
-        with pytest.raises(InputError, match=f"method '{m}' cannot place for the concurrent objective") as e:
-            place(method_from(m), ctx)
-        assert "\n" not in str(e.value) and "use heft or auto" in str(e.value)
+    with pytest.raises(InputError, match="method 'optimal' cannot place for the concurrent objective") as e:
+        place(method_from("optimal"), ctx)
+    assert "\n" not in str(e.value) and "use heft or auto" in str(e.value)
+    # HSDAG's simulated reward is the problem's objective; a measured one is HETERO's latency
+    with pytest.raises(InputError, match="method 'hsdag:measure' cannot place for the concurrent objective") as e:
+        place(method_from("hsdag:measure"), ctx)
+    assert "use hsdag:simulate or heft or auto" in str(e.value)
+    import msgspec
+
+    from hdp.passes.coarsen import CoarsenPass
+    from hdp.passes.features import FeaturesPass
+    from hdp.placers import PlaceContext
+
+    m = CoarsenPass().run(FeaturesPass().run(ctx.module))
+    o = msgspec.structs.replace(method_from("hsdag"), episodes=3, samples=4, hidden=16, budget=0.0)
+    learned = place(o, PlaceContext(module=m, problem=ctx.problem))
+    assert learned.info["warm_start"].startswith("heft")  # optimal, its default, is not exact here
+    assert sim.cost(learned.group_device) <= sim.cost(heft) + 1e-12
+    assert float(learned.info["best_latency_s"]) == pytest.approx(sim.cost(learned.group_device), rel=1e-9)
 
 
 def test_execution_concurrent_options():

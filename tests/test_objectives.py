@@ -142,8 +142,8 @@ def test_a_model_that_fits_no_device_names_every_cap_and_its_smallest_need():
 def test_a_method_refuses_an_objective_it_does_not_serve():
     m = two_op_module()
     p = problem(m).with_objective(Throughput(requests=2))
-    with pytest.raises(InputError, match="method 'hsdag' cannot place for the throughput objective"):
-        place(Hsdag(), PlaceContext(module=m, problem=p))
+    with pytest.raises(InputError, match="method 'hsdag:measure' cannot place for the throughput objective"):
+        place(Hsdag(reward="measure"), PlaceContext(module=m, problem=p))
 
 
 def test_throughput_optimum_splits_where_latency_keeps_one_device():

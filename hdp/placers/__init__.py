@@ -120,12 +120,15 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     options.check()
     p = ctx.problem
     kind = p.objective.kind()
-    if kind not in type(options).serves:
+    served = options.served(ctx.target)
+    if kind not in served:
         from hdp.placers.options import METHODS
 
         able = [m for m in ("optimal", "heft", "auto") if kind in METHODS[m].serves]
-        raise InputError(f"method '{options.name()}' cannot place for the {kind} objective (it serves "
-                         f"{', '.join(sorted(type(options).serves))}); use {' or '.join(able)}")
+        if options.name() == "hsdag":
+            able.insert(0, "hsdag:simulate")
+        raise InputError(f"method '{options.label()}' cannot place for the {kind} objective (it serves "
+                         f"{', '.join(sorted(served))}); use {' or '.join(able)}")
     missing = [s for s in options.stages(ctx.target) if getattr(ctx.module, s) is None]
     if missing:
         raise InputError(f"method '{options.name()}' needs {', '.join(missing)}; run "

@@ -80,9 +80,9 @@ def _make_measurer(o: Hsdag, ctx: PlaceContext):
 def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
     """(``group_device -> seconds``, the Measurer behind it or None for the simulator)."""
     if reward == "simulate":
-        from hdp.placement.simulate import Simulator
+        from hdp.learn.harness import problem_cost
 
-        return Simulator(ctx.problem).latency, None
+        return problem_cost(ctx.problem), None  # the problem's objective: latency, period or makespan
     m = _make_measurer(o, ctx)
     return MeasuredEvaluator(m, ctx.problem), m
 
@@ -168,7 +168,13 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         warm_opts = method_from(o.warm_start)
         if isinstance(warm_opts, Hsdag) or warm_opts.name() == "auto":
             raise InputError(f"hsdag option 'warm_start' cannot be {warm_opts.name()}")
-        warm = (o.warm_start, place(warm_opts, ctx).group_device)
+        kind = p.objective.kind()
+        if kind not in warm_opts.served(ctx.target):
+            if o.warm_start != "optimal":  # asked for by name (not the default): say so rather than swap it
+                raise InputError(f"hsdag option 'warm_start': {o.warm_start} cannot place for the {kind} "
+                                 f"objective; give warm_start=heft")
+            warm_opts = method_from("heft")  # the default (optimal) is exact for sequential costs only
+        warm = (warm_opts.label(), place(warm_opts, ctx).group_device)
     evaluate, measurer = _make_evaluator(o, ctx, reward)
     ev = evaluate if measurer is not None else None
     if measurer is not None:
@@ -191,7 +197,7 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
                 gd = place(HeteroAuto(), ctx).group_device
             return Placed(np.asarray(gd, np.int16), {
                 "best_source": name, "best_latency_s": "", "reward": reward, "placements_evaluated": 0,
-                "stopped": "seconds", "warm_start": o.warm_start,
+                "stopped": "seconds", "warm_start": warm[0] if warm else "none",
                 "message": f"hsdag: the budget ({o.budget:g} s) ran out before the first placement could be "
                            f"evaluated; kept {name}, unmeasured (raise --budget)"})
         if r.best_device_of is None:
@@ -209,7 +215,7 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         "best_latency_s": "" if latency is None else f"{latency:.6g}", "best_source": source, "reward": reward,
         "placements_evaluated": r.evaluations, "samples": r.samples, "failures": r.failures,
         "episodes": r.episodes, "groups": r.groups, "stopped": r.stopped,
-        "algo": o.algo, "resumed": r.resumed, "warm_start": o.warm_start,
+        "algo": o.algo, "resumed": r.resumed, "warm_start": warm[0] if warm else "none",
     }
     if measurer is not None:
         info["sampled_best"] = f"{r.best_source} {r.best_latency:.6g}"  # the minimum over noisy samples

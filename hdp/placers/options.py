@@ -36,6 +36,11 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: refuses the others with a one-line error.
     serves: ClassVar[frozenset[str]] = frozenset({"latency", "throughput", "concurrent"})
 
+    def served(self, target=None) -> frozenset[str]:
+        """The objectives this method, with these options, can place for on ``target`` (default:
+        the class's :attr:`serves`)."""
+        return type(self).serves
+
     @classmethod
     def name(cls) -> str:
         return cls.__struct_config__.tag
@@ -137,8 +142,13 @@ class Hsdag(PlacerOptions, tag="hsdag"):
     needs = ("costs", "features", "coarse")
     arg_field = "reward"
     seeded = True
-    serves = frozenset({"latency"})  # its rewards (simulated or measured) are single-request latencies
+    #: a simulated reward is the problem's objective (any kind); a measured one is HETERO's latency
+    serves = frozenset({"latency", "throughput", "concurrent"})
     summary = "HSDAG: GNN + graph parsing + policy gradient on simulated or measured latency (hsdag[:measure])"
+
+    def served(self, target=None) -> frozenset[str]:
+        measured = self.reward == "measure" or (self.reward == "auto" and target is not None and target.is_real)
+        return frozenset({"latency"}) if measured else type(self).serves
 
     def __post_init__(self) -> None:
         _check_warm_start(self.warm_start)
