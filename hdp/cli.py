@@ -234,7 +234,8 @@ def _parse_sets(sets) -> dict:
 @click.argument("input", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, help="Pass option key=value (repeatable).")
-@click.option("--target", default=None, help="For passes that take a target.")
+@click.option("--target", default=None, help="For passes that take a target (default: host; a lowered cost graph: "
+                                             "its own devices).")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @click.option("--timings", type=click.Path(dir_okay=False), default=None)
 @timeout_option
@@ -256,10 +257,15 @@ def pass_cmd(name, input, output, sets, target, devices, timings, timeout, cache
                  outputs={"-o": output, "--timings": timings, "--set checkpoint": opts.get("checkpoint")},
                  out_dirs={"--cache-dir": None if no_cache else cache_dir, "--set report": opts.get("report")})
     check_paths(**paths)
-    if takes_target(reg[name]):
-        opts["target"] = target_from(target, devices)
-    p = make_pass(name, opts)
     module = load(input)
+    if takes_target(reg[name]):
+        from hdp.cli_costgraph import costgraph_target
+        from hdp.costgraph import is_costgraph
+
+        # a cost graph declares its devices: they are the target unless one is given
+        use_own = target is None and devices is None and is_costgraph(module)
+        opts["target"] = costgraph_target(module) if use_own else target_from(target, devices)
+    p = make_pass(name, opts)
     # passes read the module's source model again (support, profile): it is an input too
     check_paths(**(paths | {"inputs": paths["inputs"] | {"INPUT's source model": module.meta.get("source")}}))
     cache = pass_cache(cache_dir, no_cache)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import click
 import numpy as np
@@ -31,6 +32,20 @@ def load_costgraph(path: str, fmt: str):
     return lower(read(path, fmt))
 
 
+def costgraph_target(module):
+    """The target of a cost graph's Module: its own devices, modeled (its cost table prices every
+    op; the nominal roofline below is never used), with its memory caps."""
+    from hdp.costgraph import capacities
+    from hdp.runtime.target import Device, Target, validate_target
+
+    devs = [Device(name=d, kind="modeled", peak_flops={"f32": 1e12}, memory_bandwidth=1e12,
+                   memory=int(c) if np.isfinite(c) else None, description="a device of the cost graph")
+            for d, c in zip(module.costs.devices, capacities(module, module.costs.devices))]
+    src = module.meta.get("costgraph", "cost graph")
+    return validate_target(Target(name=Path(src).stem or "costgraph", devices=devs,
+                                  description=f"the devices of {src}"), f"{src} (its devices as a target)")
+
+
 def place_costgraph(module, objective: str, method: str, time_limit: float = 60.0, seed: int = 0):
     """(device per group, info) of ``method`` on a cost graph's Module under ``objective``.
 
@@ -49,7 +64,9 @@ def place_costgraph(module, objective: str, method: str, time_limit: float = 60.
     if objective == "throughput" and method.partition(":")[0] == "optimal":
         s = ML.optimize(p, ml, time_limit=time_limit, seed=seed)
         gd = s.group_device
-        info = {"method": "optimal", "status": s.status, "bound": s.bound, "gap": s.gap}
+        info = {"method": "optimal", "status": s.status, "bound": s.bound, "gap": s.gap,
+                "contiguous": s.info.get("contiguous", {}),
+                "contiguous_at": next((t for t, _, st in s.info.get("trajectory", []) if st == "contiguous dp"), None)}
     else:
         opts = {"time_limit": str(time_limit), "margin": "0"} if method.partition(":")[0] == "optimal" else {}
         gd = place(method_from(method, opts), PlaceContext(module=module, problem=p, seed=seed)).group_device
@@ -111,6 +128,10 @@ def place_cmd(workload, output, fmt, objective, method, split_format, time_limit
     extra = ""
     if "bound" in info:
         extra = f", {info['status']}, bound {info['bound']:.6g} (gap {info['gap'] * 100:.2f} %)"
+        c = info["contiguous"]
+        if info["contiguous_at"] is not None:
+            extra += (f"; best contiguous split {c['value']:.6g} after {info['contiguous_at']:.3f} s"
+                      + ("" if c.get("exact") else " (not proven: search cut short)"))
     fig = f"max-load {info['max_load']:.6g}" if objective == "throughput" else f"latency {info['latency']:.6g}"
     caps = "" if info["feasible"] else " — OVER A MEMORY CAP"
     click.echo(f"{method}: {fig}{extra}{caps}; {info['seconds']:.2f} s -> {output}")

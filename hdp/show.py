@@ -39,10 +39,12 @@ def describe(m: Module) -> str:
         lines.append("support: " + ", ".join(f"{d}: {int(mask[:, j].sum())}/{g.n_ops}"
                                              for j, d in enumerate(m.support.devices)))
     if m.costs is not None:
+        from hdp.costgraph import time_text
+
         c = m.costs
         t = c.op_time.numpy()
         lines.append("costs (sum of op times): " + ", ".join(
-            f"{d}: {np.where(np.isfinite(t[:, j]), t[:, j], 0).sum() * 1e3:.3f} ms ({c.kind[j]})"
+            f"{d}: {time_text(m, float(np.where(np.isfinite(t[:, j]), t[:, j], 0).sum()))} ({c.kind[j]})"
             for j, d in enumerate(c.devices)))
     if m.coarse is not None:
         c = m.coarse

@@ -75,7 +75,27 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
     thr = Simulator(problem_of(base, objective=Throughput()))
     thr.loads(dev)
     thr.costs(np.stack([dev, np.zeros_like(dev)]))
+    _warm_costgraph()
     return compiled_now()
+
+
+def _warm_costgraph() -> None:
+    """``hdp place``'s max-load optimiser on a small cost graph (a training-like chain with ties,
+    caps and identical devices): the contiguous DP and the heuristic's kernels."""
+    from hdp.costgraph import lower, max_load_data, problem_for
+    from hdp.costgraph.native import parse
+    from hdp.placement import maxload as ML
+
+    n = 12
+    ops = [{"name": f"f{i}", "time": {"CPU": 4.0 + i % 3, "ACC": 1.0 + i % 2}, "bytes": 10, "tie": i} for i in range(n)]
+    ops += [{"name": f"b{i}", "time": {"CPU": 8.0, "ACC": 2.0}, "tie": i, "backward": True} for i in range(n)]
+    tensors = [{"producer": f"f{i}", "consumers": [f"f{i + 1}"], "time": 0.5} for i in range(n - 1)]
+    tensors += [{"producer": f"b{i + 1}", "consumers": [f"b{i}"], "time": 0.5} for i in range(n - 1)]
+    doc = {"format": "hdp-costgraph", "ops": ops, "tensors": tensors,
+           "devices": [{"name": "CPU", "free_comm": True}, {"name": "ACC", "count": 3, "memory": 60}]}
+    m = lower(parse("<warm-up cost graph>", doc))
+    p = problem_for(m)
+    ML.optimize(p, max_load_data(p, m), time_limit=1.0, exact=False)
 
 
 def main() -> None:

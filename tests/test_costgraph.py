@@ -374,9 +374,42 @@ def test_the_partition_pass_places_a_cost_graph_under_its_own_caps_and_rule(tmp_
     f = write(tmp_path, "w.json", random_workload(rng, 7, 2, cap=14.0, classes=1))
     m, p, ml = problem_of_file(f)
     assert run("lower", f, "-o", tmp_path / "m.hdp").exit_code == 0
-    r = run("pass", "partition", tmp_path / "m.hdp", "--devices", ",".join(p.devices), "--set", "method=optimal",
-            "--set", "objective=throughput", "--no-cache", "-o", tmp_path / "p.hdp")
-    assert r.exit_code == 0, r.output
-    gd = load(tmp_path / "p.hdp").partition.group_device.numpy().astype(np.int64)
     want, _ = brute_force(p, ml)
-    assert ML.feasible(p, ml, gd) and ML.max_load(p, ml, gd) == pytest.approx(want, rel=1e-3)
+    # with --devices, and without: a lowered cost graph's own devices are the target
+    for devices in (["--devices", ",".join(p.devices)], []):
+        r = run("pass", "partition", tmp_path / "m.hdp", *devices, "--set", "method=optimal",
+                "--set", "objective=throughput", "--no-cache", "-o", tmp_path / "p.hdp")
+        assert r.exit_code == 0, r.output
+        part = load(tmp_path / "p.hdp").partition
+        assert part.devices == p.devices
+        gd = part.group_device.numpy().astype(np.int64)
+        assert ML.feasible(p, ml, gd) and ML.max_load(p, ml, gd) == pytest.approx(want, rel=1e-3)
+    r = run("pass", "partition", tmp_path / "m.hdp", "--devices", "CPU", "--no-cache", "-o", tmp_path / "q.hdp")
+    assert r.exit_code == 2 and "support was computed for devices" in r.output  # a target given is the target
+
+
+def test_times_print_in_the_cost_graphs_unit(tmp_path):
+    """The peer's README gives its latencies and costs no unit: hdp show prints them bare, not as
+    milliseconds; hdp's own format is in seconds (milliseconds shown)."""
+    f = write(tmp_path, "hand.json", HAND)
+    assert run("lower", f, "-o", tmp_path / "m.hdp").exit_code == 0
+    r = run("show", tmp_path / "m.hdp")
+    assert r.exit_code == 0 and "CPU: 10 time units (modeled)" in r.output and " ms" not in r.output, r.output
+    doc = {"format": "hdp-costgraph", "devices": [{"name": "CPU"}], "ops": [{"name": "a", "time": {"CPU": 0.002}}]}
+    g = write(tmp_path, "own.json", doc)
+    assert run("lower", g, "-o", tmp_path / "own.hdp").exit_code == 0
+    assert "CPU: 2.000 ms (modeled)" in run("show", tmp_path / "own.hdp").output
+
+
+def test_backward_ops_reach_the_max_load_data(tmp_path):
+    """isBackwardNode (theirs) and "backward" (hdp's format) mark a training graph's backward ops."""
+    m, p, ml = problem_of_file(write(tmp_path, "hand.json", HAND))
+    assert ml.backward.tolist() == [False, False, False, True]  # ops 3, 7, 10, 5: 'mate' is backward
+    doc = {"format": "hdp-costgraph", "devices": [{"name": "CPU"}],
+           "ops": [{"name": "f", "time": {"CPU": 1.0}, "tie": 1}, {"name": "b", "time": {"CPU": 1.0}, "tie": 1,
+                                                                   "backward": True}],
+           "tensors": [{"producer": "f", "consumers": ["b"]}]}
+    m, p, ml = problem_of_file(write(tmp_path, "own.json", doc))
+    assert ml.backward.tolist() == [False, True]
+    m, p, ml = problem_of_file(write(tmp_path, "fwd.json", doc | {"ops": [dict(o, backward=False) for o in doc["ops"]]}))
+    assert ml.backward is None

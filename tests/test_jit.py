@@ -12,6 +12,7 @@ from hdp.jit import cache_dir
 from hdp.warmup import kernels
 
 ROOT = str(Path(hdp.__file__).resolve().parent.parent)
+DATA = Path(__file__).parent / "data"
 
 
 def _python(code: str, **env) -> str:
@@ -46,7 +47,8 @@ def test_every_kernel_is_a_cached_dispatcher():
 @pytest.mark.slow
 def test_warm_up_leaves_nothing_to_compile_on_the_users_path(tmp_path, branchy_xml):
     """After ``python -m hdp.warmup`` into an empty cache, lowering a real model and running the
-    compile pipeline (classical methods, refinement, hsdag) compiles no kernel."""
+    compile pipeline (classical methods, refinement, hsdag), and placing a cost graph as ``hdp
+    place`` does, compiles no kernel."""
     nb = str(tmp_path / "numba")
     _python("from hdp.warmup import main; main()", NUMBA_CACHE_DIR=nb)
     code = f"""
@@ -59,6 +61,11 @@ m = lower({str(branchy_xml)!r})
 for method, extra in [("optimal", {{}}), ("heft", {{}}), ("random", {{}}),
                       ("hsdag", {{"budget": 2.0, "episodes": 1, "samples": 2}})]:
     PassManager(compile_schedule(load_target("i9-flex170"), method, extra=extra, refine=True)).run(m)
+from hdp.costgraph import lower as lower_cg, max_load_data, problem_for, read
+from hdp.placement import maxload as ML
+c = lower_cg(read({str(DATA / "dnn_partitioning" / "bert24_training.json")!r}))
+p = problem_for(c)
+ML.optimize(p, max_load_data(p, c), time_limit=1.0)
 print(compiled_now())
 """
     assert _python(code, NUMBA_CACHE_DIR=nb).splitlines()[-1] == "{}"

@@ -17,20 +17,24 @@ and cost table, so the placement problem, the simulator and the placers run on i
 - ties become ``Graph.ties`` and ``meta["placement_rules"] = "ties"``: the groups are the ties
   alone, no HETERO rule applies (:mod:`hdp.placement.structure`);
 - each edge carries its tensor's bytes and, in ``Costs.edge_time``, its transfer time;
-- caps and ``free_comm`` go to ``meta`` (:func:`capacities`, :func:`free_comm`), the workload's
-  path and format too.
+- caps, ``free_comm`` and a training graph's backward ops go to ``meta`` (:func:`capacities`,
+  :func:`free_comm`, :func:`backward_ops`), the workload's path and format too;
+- its devices are a target of their own (``hdp pass partition`` on a lowered cost graph needs no
+  ``--devices``, :func:`hdp.cli_costgraph.costgraph_target`); its times print in its own unit
+  (:func:`time_text`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hdp.costgraph.graph import (COST_OP, FORMATS, CostGraph, capacities, check, free_comm, is_costgraph,
-                                 load_json, lower, max_load_data, problem_for, throughput_objective)
+from hdp.costgraph.graph import (COST_OP, FORMATS, CostGraph, backward_ops, capacities, check, free_comm,
+                                 is_costgraph, load_json, lower, max_load_data, problem_for, time_text,
+                                 throughput_objective)
 from hdp.errors import InputError
 
-__all__ = ["COST_OP", "FORMATS", "CostGraph", "capacities", "check", "detect", "free_comm", "is_costgraph",
-           "load_json", "lower", "max_load_data", "problem_for", "read",
+__all__ = ["COST_OP", "FORMATS", "CostGraph", "backward_ops", "capacities", "check", "detect", "free_comm",
+           "is_costgraph", "load_json", "lower", "max_load_data", "problem_for", "read", "time_text",
            "throughput_objective"]
 
 

@@ -43,6 +43,9 @@ class CostGraph:
     link_latency: float = 0.0
     link_bandwidth: float = float("inf")
     extra: dict = field(default_factory=dict)
+    #: bool per op: a training graph's backward op (None: none is); orders contiguous splits
+    #: (:mod:`hdp.placement.ideals`)
+    backward: np.ndarray | None = None
 
     @property
     def n_ops(self) -> int:
@@ -123,6 +126,10 @@ def lower(cg: CostGraph):
     meta = {"costgraph": cg.source, "costgraph_format": cg.fmt, "placement_rules": "ties",
             "capacity": ",".join(f"{d}={_num(c)}" for d, c in zip(cg.devices, cg.capacity)),
             "free_comm": ",".join(d for d, f in zip(cg.devices, cg.free_comm) if f)}
+    if cg.backward is not None and cg.backward.any():
+        import json
+
+        meta["backward"] = json.dumps([cg.names[i] for i in order if cg.backward[i]])
     meta.update({k: str(v) for k, v in cg.extra.items()})
     m = Module(graph=graph, meta=meta, support=support, costs=costs)
     verify(m)
@@ -153,6 +160,15 @@ def is_costgraph(module) -> bool:
     return module.meta.get("placement_rules") == "ties"
 
 
+def time_text(module, t: float) -> str:
+    """A time of ``module``'s cost table as text in its own unit: milliseconds for a model and for
+    hdp's cost-graph format (seconds), the bare number for msr-fiddle/dnn-partitioning's, whose
+    README calls its latencies and costs "time it takes" without a unit."""
+    if is_costgraph(module) and module.meta.get("costgraph_format") == "dnn-partitioning":
+        return f"{t:.6g} time units"
+    return f"{t * 1e3:.3f} ms"
+
+
 def capacities(module, devices) -> np.ndarray:
     """Bytes each of ``devices`` may hold, from a cost graph's Module (``inf``: no cap)."""
     caps = dict(kv.split("=", 1) for kv in module.meta.get("capacity", "").split(",") if "=" in kv)
@@ -165,12 +181,24 @@ def free_comm(module, devices) -> np.ndarray:
     return np.array([d in free for d in devices], bool)
 
 
+def backward_ops(module) -> np.ndarray | None:
+    """Which ops of a cost graph's Module are a training graph's backward ops (None: none)."""
+    import json
+
+    names = module.meta.get("backward")
+    if not names:
+        return None
+    want = set(json.loads(names))
+    return np.array([op.name in want for op in module.graph.ops], bool)
+
+
 def max_load_data(problem, module):
     """The :class:`~hdp.placement.maxload.MaxLoad` data of a cost graph's Module: per-group bytes,
-    and caps and ``free_comm`` from its meta."""
+    caps, ``free_comm`` and the backward ops from its meta."""
     from hdp.placement.maxload import MaxLoad, group_bytes
 
-    return MaxLoad(group_bytes(problem, module), capacities(module, problem.devices), free_comm(module, problem.devices))
+    return MaxLoad(group_bytes(problem, module), capacities(module, problem.devices), free_comm(module, problem.devices),
+                   backward_ops(module))
 
 
 #: Requests in flight of a cost graph's throughput objective: the peer's model is the steady state

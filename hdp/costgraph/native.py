@@ -15,7 +15,9 @@ A workload is one JSON object::
   ``free_comm``: transfers cost this device nothing under the throughput objective's peer rule.
 - ``ops``: ``name`` unique; ``time`` seconds per device kind, a kind left out (or ``null``) cannot
   run the op; ``bytes`` the memory the op takes on its device; ``tie``: ops with the same tie
-  (string or integer) share a device.
+  (string or integer) share a device; ``backward``: a training graph's backward op (tied to its
+  forward op, it runs in the reverse order: contiguous splits follow the forward ops,
+  :mod:`hdp.placement.ideals`).
 - ``tensors``: one output of ``producer`` read by ``consumers``; ``time``, the seconds to move it to
   another device, or, without it, ``link.latency + bytes / link.bandwidth``.
 
@@ -52,6 +54,7 @@ class OpSpec(msgspec.Struct, forbid_unknown_fields=True):
     time: dict[str, Time | None]
     bytes: NonNegative = 0.0
     tie: Union[str, int, None] = None
+    backward: bool = False
 
 
 class Tensor(msgspec.Struct, forbid_unknown_fields=True):
@@ -142,7 +145,8 @@ def parse(source: str, data) -> CostGraph:
         t_time=np.array(t_time, np.float64), t_ptr=np.array(t_ptr, np.int64), t_cons=np.array(t_cons, np.int64),
         ties=[c for c in classes.values() if len(c) > 1], capacity=np.array(cap, np.float64),
         free_comm=np.array([kinds[c].free_comm for c in dclass], bool),
-        link_latency=w.link.latency, link_bandwidth=w.link.bandwidth)
+        link_latency=w.link.latency, link_bandwidth=w.link.bandwidth,
+        backward=np.array([op.backward for op in w.ops], bool))
 
 
 def split_json(module, devices, op_device, objective: str, value: float, loads=None, memory=None) -> dict:

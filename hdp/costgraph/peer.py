@@ -123,7 +123,7 @@ def parse(source: str, data) -> CostGraph:
         ties=[c for c in classes.values() if len(c) > 1],
         capacity=np.array(([np.inf] if w.maxCPUs else []) + [float(w.maxSizePerFPGA)] * k),
         free_comm=np.array(([True] if w.maxCPUs else []) + [False] * k),
-        extra={"backward_ops": sum(bool(x.isBackwardNode) for x in w.nodes)})
+        backward=np.array([bool(x.isBackwardNode) for x in w.nodes]))
 
 
 class SplitPart(msgspec.Struct):

@@ -38,11 +38,13 @@ CUTOFF = 1e-7
 @dataclass(frozen=True)
 class MaxLoad:
     """The data of the objective beside the problem: per-group bytes, per-device caps and
-    ``free_comm`` flags (see the module docstring)."""
+    ``free_comm`` flags (see the module docstring), and which ops are a training graph's backward
+    ops (None: none; only the order of the contiguous splits reads it, :mod:`hdp.placement.ideals`)."""
 
     group_bytes: np.ndarray  # float64 per group
     capacity: np.ndarray  # float64 per device, inf = no cap
     free_comm: np.ndarray  # bool per device
+    backward: np.ndarray | None = None  # bool per op
 
 
 def group_bytes(problem, module) -> np.ndarray:
@@ -440,18 +442,48 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     return gd
 
 
+def contiguous_split(problem, ml: MaxLoad, bound: float | None = None, dag=None, **limits):
+    """The best contiguous split (:func:`hdp.placement.ideals.contiguous_optimum`, its ``value``
+    priced here): ``bound`` defaults to :func:`contiguous_bound`; ``limits``: ``max_ideals``,
+    ``max_visits``."""
+    from hdp.placement.ideals import contiguous_optimum, pipeline_dag
+
+    dag = dag or pipeline_dag(problem, ml)
+    if bound is None:
+        bound = contiguous_bound(problem, ml, dag)
+    r = contiguous_optimum(problem, ml, _Arrays(problem, ml), device_classes(problem, ml), bound=bound, dag=dag,
+                           **limits)
+    if r.group_device is not None:
+        r.value = max_load(problem, ml, r.group_device)
+    return r
+
+
+def contiguous_bound(problem, ml: MaxLoad, dag=None) -> float:
+    """The max-load of one contiguous split that :func:`contiguous_split` may return (the best pipeline of its DAG's nodes in one topological order): its first
+    bound. ``inf`` when that pipeline breaks a cap."""
+    from hdp.placement.ideals import pipeline_dag
+
+    dag = dag or pipeline_dag(problem, ml)
+    coarse = _Coarse(problem, dag.node_of)
+    cml = MaxLoad(np.bincount(dag.node_of, weights=ml.group_bytes, minlength=coarse.n_groups), ml.capacity,
+                  ml.free_comm)
+    gd = chain_split(coarse, cml, order=np.arange(coarse.n_groups, dtype=np.int64))
+    return np.inf if gd is None else max_load(problem, ml, gd[dag.node_of])
+
+
 def heuristic(problem, ml: MaxLoad, seed: int = 0, restarts: int = 20, kick: float = 0.05,
-              starts: int = 3) -> tuple[np.ndarray, float]:
+              starts: int = 3, extra_starts=()) -> tuple[np.ndarray, float]:
     """A good feasible placement fast: pipelines (:func:`chain_split`) over several orders of the
-    groups (:func:`group_orders`), each improved by moving single groups; then, from each of the
-    ``starts`` best distinct ones, ``restarts`` seeded perturbations (a share ``kick`` of the
-    groups moved at random) improved the same way. The best placement seen; ValueError if
-    nothing fits."""
+    groups (:func:`group_orders`) and the placements ``extra_starts``, each improved by moving
+    single groups; then, from each of the ``starts`` best distinct ones, ``restarts`` seeded
+    perturbations (a share ``kick`` of the groups moved at random) improved the same way. The
+    best placement seen; ValueError if nothing fits."""
     a = _Arrays(problem, ml)
     k, nd = problem.n_groups, problem.n_devices
     found: dict[bytes, tuple[float, np.ndarray]] = {}
     orders = group_orders(problem)
-    starts_ = [chain_split(problem, ml, a, order) for order in orders.values()]
+    starts_ = [np.asarray(s, np.int64) for s in extra_starts]
+    starts_ += [chain_split(problem, ml, a, order) for order in orders.values()]
     for share in (0.002, 0.02, 0.05):  # pipelines of the heavier groups, the light ones beside their neighbours
         light = _light(problem, share)
         starts_ += [_with_light(problem, ml, a, orders[o], light) for o in ("first", "heavy-first", "spectral")
@@ -795,13 +827,16 @@ def balance_bound(problem, ml: MaxLoad) -> float:
 
 
 def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exact: bool = True) -> Solved:
-    """The best placement hdp finds in about ``time_limit`` seconds, and a proven bound: the
-    heuristic (:func:`heuristic`, not timed out), the multilevel MILP (:func:`multilevel`, a
+    """The best placement hdp finds in about ``time_limit`` seconds, and a proven bound: the best
+    contiguous split (:func:`contiguous_split`, exact unless its DAG has too
+    many ideals or its walk outgrows a quarter of the time), the heuristic from it and from
+    pipelines of several orders (:func:`heuristic`, not timed out), the multilevel MILP (:func:`multilevel`, a
     quarter of what is left, at most 15 s), on more than 48 groups an iterated local search
     (:func:`iterated_search`, 40 % of the rest), then, with ``exact``, the MILP over every group
     asked to beat the best of those in the rest (at least 1 s). The bound is HiGHS's, or
     :func:`balance_bound` when HiGHS stopped before it had one.
-    ``info["trajectory"]``: (seconds, max-load, stage) each time the best improved."""
+    ``info["trajectory"]``: (seconds, max-load, stage) each time the best improved;
+    ``info["contiguous"]``: the contiguous DP's value, whether it is proven and its counts."""
     t0 = _time.perf_counter()
     traj = []
 
@@ -812,7 +847,13 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
             return True
         return False
 
-    best, _ = heuristic(problem, ml, seed=seed)
+    # about a quarter of the time (the walk visits some 4 million ideal pairs a second on one core)
+    cont = contiguous_split(problem, ml, max_visits=int(1e6 * time_limit))
+    starts = []
+    if cont.group_device is not None:
+        note(cont.group_device, "contiguous dp")
+        starts.append(cont.group_device)
+    best, _ = heuristic(problem, ml, seed=seed, extra_starts=starts)
     note(best, "heuristic")
     if problem.n_groups > 48:
         left = time_limit - (_time.perf_counter() - t0)
@@ -826,12 +867,13 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
             best = ils
     if not exact:
         return Solved(best.astype(np.int16), traj[-1][1], float("nan"), "heuristic", _time.perf_counter() - t0,
-                      {"trajectory": traj})
+                      {"trajectory": traj, "contiguous": {"value": cont.value, "exact": cont.exact, **cont.info}})
     left = max(1.0, time_limit - (_time.perf_counter() - t0))
     s = solve(problem, ml, time_limit=left, incumbent=best)
     if note(s.group_device, "milp"):
         best = s.group_device
     s.info["trajectory"] = traj
+    s.info["contiguous"] = {"value": cont.value, "exact": cont.exact, **cont.info}
     bound = s.bound
     if not np.isfinite(bound):  # HiGHS stopped before it had a bound
         bound = balance_bound(problem, ml)
