@@ -19,7 +19,9 @@ it is pruned least recently used first like the others, as one entry.
 
 Size cap: ``HDP_CACHE_MAX_BYTES`` (default 2 GiB) over every namespace, the zoo included; the first
 time a process opens a cache root it removes temporaries of dead writers and, when the entries
-exceed the cap, prunes them to 80 % of it. ``hdp cache info`` and ``hdp cache prune`` show and
+exceed the cap, prunes them to 80 % of it, least recently used first, sparing entries used in the
+last :data:`IN_USE_SECONDS` (another process may be reading them: a zoo model exported a moment ago
+and larger than the cap once pruned itself, and every other model, before its compile began). ``hdp cache info`` and ``hdp cache prune`` show and
 prune by hand.
 """
 
@@ -27,11 +29,13 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import math
 import os
 import re
 import shutil
 import stat
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,21 +281,28 @@ def _entries(root: Path, clean: bool = True) -> tuple[list[Entry], int]:
     return out + zoo, removed + zremoved
 
 
+#: Entries used this recently are never pruned automatically (``hdp cache prune`` may remove them).
+IN_USE_SECONDS = 600.0
+
+
 def open_root(root: str | os.PathLike) -> None:
-    """Once per process and root: remove dead writers' temporaries; prune when over the cap."""
+    """Once per process and root: remove dead writers' temporaries; prune when over the cap
+    (entries used in the last :data:`IN_USE_SECONDS` are spared)."""
     if not _first_open(("root", os.path.abspath(root))):
         return
     cap = max_bytes()
     entries, _ = _entries(Path(root))
     if sum(e.size for e in entries) > cap:
-        _prune(entries, int(cap * 0.8))
+        _prune(entries, int(cap * 0.8), spare_after=time.time() - IN_USE_SECONDS)
 
 
-def _prune(entries: list[Entry], limit: int) -> tuple[int, int]:
+def _prune(entries: list[Entry], limit: int, spare_after: float = math.inf) -> tuple[int, int]:
+    """Remove the least recently used entries until ``limit`` bytes remain, never one used after
+    ``spare_after`` (a time stamp)."""
     total = sum(e.size for e in entries)
     removed = freed = 0
     for e in sorted(entries, key=lambda e: e.mtime):
-        if total <= limit:
+        if total <= limit or e.mtime > spare_after:
             break
         try:
             if e.namespace == ZOO:

@@ -544,6 +544,30 @@ def test_cache_is_pruned_least_recently_used_first(tmp_path, monkeypatch):
     refused(run("cache", "prune", "--cache-dir", tmp_path, "--max-size", "lots"), "--max-size")
 
 
+def test_opening_a_cache_over_its_cap_spares_what_was_used_a_moment_ago(tmp_path, monkeypatch):
+    """The automatic prune leaves entries used in the last IN_USE_SECONDS: a zoo model larger than
+    the cap, exported a moment ago, once pruned itself (and every other model) before its compile."""
+    import time
+
+    import hdp.cache as hc
+
+    store = hc.Store(tmp_path, ".hdp")
+    old, new = "aa" * 16, "bb" * 16
+    store.put(old, bytes(3000))
+    store.put(new, bytes(3000))
+    t = time.time() - hc.IN_USE_SECONDS - 60
+    os.utime(store.path(old), (t, t))
+    model = tmp_path / "zoo" / "big-0123456789abcdef"  # a zoo model just exported, alone over the cap
+    model.mkdir(parents=True)
+    (model / "model.xml").write_bytes(b"<net/>")
+    (model / "model.bin").write_bytes(bytes(6000))
+    monkeypatch.setenv(hc.MAX_BYTES_ENV, "5000")
+    monkeypatch.setattr(hc, "_opened", set())
+    hc.open_root(tmp_path)
+    assert not store.path(old).exists()
+    assert store.path(new).exists() and (model / "model.bin").exists()
+
+
 def test_timeout_is_not_part_of_the_cache_key(branchy_xml, tmp_path, target):
     from hdp.passes.manager import pass_key
     from hdp.pipeline import make_pass
