@@ -42,6 +42,8 @@ def method_lines(module, target) -> list[str]:
         if info.get("final"):
             lines.append(f"hsdag: lowest sampled median {info.get('sampled_best')}; final choice:")
             lines += [f"hsdag: {x}" for x in info["final"].splitlines()]
+    if "cp_sat_status" in info:
+        lines.append(cp_sat_line(info))
     if info.get("untangled_groups"):
         was = f"; simulated {float(info['untangled_from_s']) * 1e3:.3f} ms before" if info.get("untangled_from_s") else ""
         lines.append(f"{method}: moved {info['untangled_groups']} tie groups to other devices so that HETERO "
@@ -51,6 +53,18 @@ def method_lines(module, target) -> list[str]:
     if "simulated" in info:
         lines.append(simulated_line(module, target))
     return lines
+
+
+def cp_sat_line(info) -> str:
+    """``cp-sat: proven optimal ...`` or ``cp-sat: FEASIBLE in 60 s, ... gap 3.2 %`` (simulated)."""
+    cost, bound = float(info["concurrent"]) * 1e3, float(info["cp_sat_bound"]) * 1e3
+    if info.get("proven_optimal") == "yes":
+        head = f"proven optimal: {cost:.3f} ms (bound {bound:.3f} ms)"
+    else:
+        head = (f"{info['cp_sat_status']} within {float(info['time_limit']):g} s: {cost:.3f} ms, proven bound "
+                f"{bound:.3f} ms, gap {float(info['gap']) * 100:.2f} %")
+    return (f"cp-sat (simulated, concurrent executor): {head}; {info['solutions']} solutions, warm start "
+            f"{info['warm_start']}" + (f" {float(info['warm_start_s']) * 1e3:.3f} ms" if "warm_start_s" in info else ""))
 
 
 def _problem(module):

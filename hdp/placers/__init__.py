@@ -33,6 +33,7 @@ IMPLEMENTATIONS = {
     "random": "hdp.placers.classical:random_placement",
     "heft": "hdp.placers.classical:heft",
     "optimal": "hdp.placers.classical:optimal",
+    "cp-sat": "hdp.placers.cpsat:cp_sat",
     "hsdag": "hdp.placers.hsdag:hsdag",
     "auto": "hdp.placers.auto:auto",
     "placeto": "hdp.placers.learned:placeto",
@@ -124,7 +125,7 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     if kind not in served:
         from hdp.placers.options import METHODS
 
-        able = [m for m in ("optimal", "heft", "auto") if kind in METHODS[m].serves]
+        able = [m for m in ("optimal", "heft", "auto", "cp-sat") if kind in METHODS[m].serves]
         if options.name() == "hsdag":
             able.insert(0, "hsdag:simulate")
         raise InputError(f"method '{options.label()}' cannot place for the {kind} objective (it serves "

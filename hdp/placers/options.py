@@ -119,6 +119,20 @@ class Optimal(PlacerOptions, tag="optimal"):
     summary = "exact optimum of the sequential cost model: min-cut (2 devices) or ILP (optimal:ilp, >2)"
 
 
+class CpSat(PlacerOptions, tag="cp-sat"):
+    """Placement and schedule for hdp's concurrent executor by CP-SAT (OR-Tools): exact up to the
+    executor's run order, with a proven lower bound (see hdp/placers/cpsat.py)."""
+
+    time_limit: Positive = 60.0  # seconds of search
+    workers: Annotated[int, Meta(ge=1, le=64, description="CP-SAT search workers")] = 2
+    warm_start: Literal["heft", "none"] = "heft"  # heft: its placement and run as the hint and horizon
+    needs = ("costs",)
+    #: a scheduling model of the concurrent executor; sequential HETERO has the exact ``optimal``
+    serves = frozenset({"concurrent"})
+    summary = ("CP-SAT over tie groups for the concurrent executor (--execution concurrent): interval "
+               "scheduling, proven bound and gap; time_limit (60 s), workers (2), warm_start (heft)")
+
+
 class Hsdag(PlacerOptions, tag="hsdag"):
     """The learned placer (see hdp/placers/hsdag.py for each option's meaning)."""
 
@@ -243,9 +257,9 @@ class Auto(PlacerOptions, tag="auto"):
         return self.learn == "yes"
 
 
-Method = Union[Single, HeteroAuto, PipelineParallel, Random, Heft, Optimal, Hsdag, Auto, Placeto, RnnPlacer]
+Method = Union[Single, HeteroAuto, PipelineParallel, Random, Heft, Optimal, CpSat, Hsdag, Auto, Placeto, RnnPlacer]
 METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, PipelineParallel, Random, Heft,
-                                                                  Optimal, Hsdag, Auto, Placeto, RnnPlacer)}
+                                                                  Optimal, CpSat, Hsdag, Auto, Placeto, RnnPlacer)}
 
 
 def method_from(spec: str, options: dict | None = None, message=None) -> PlacerOptions:
