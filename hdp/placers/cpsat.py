@@ -43,12 +43,12 @@ price, and ``proven_optimal`` = ``yes`` when the gap is within the model's time 
 tick = the warm start's makespan / 10^7). A placement HETERO needs changed for its states
 (:func:`hdp.placement.subgraphs.untangle`) is re-priced and said so (``untangled_groups``).
 
-Options (:class:`~hdp.placers.options.CpSat`): ``time_limit`` (seconds for every round together,
-default 60), ``workers`` (CP-SAT's search workers, default 2: one worker's search stalled for 30 s
+Options (:class:`~hdp.placers.options.CpSat`): ``time_limit`` (seconds for the whole method:
+warm start, model and every round; default 60), ``workers`` (CP-SAT's search workers, default 2: one worker's search stalled for 30 s
 on a 9-group problem two workers solve in 0.5 s; with more than one, the placement among equally
 good ones, and any result cut short by the time limit, may differ run to run), ``warm_start``
-(``heft``: its placement and the executor's run of it as the hint, its price as the horizon;
-``none``).
+(``heft``: heft's placement, or the best single device when that runs faster, and the executor's
+run of it as the hint, its price as the horizon; ``none``).
 """
 
 from __future__ import annotations
@@ -209,11 +209,12 @@ class ConcurrentModel:
             sl = same_label[a, b]
             delay = self.handover_t + self.ticks(cost) * cr
             m.add(self.S[b] >= self.F[a] + delay).only_enforce_if(~sl)
-            m.add(self.s[b] >= self.e[a]).only_enforce_if(sl)
+            m.add(self.s[b] >= self.e[a])  # either way (another subgraph: after its end): the critical path
         for a, b in self.zpairs:
             m.add(self.S[b] >= self.F[a])
 
         self.y = [dict() for _ in range(k)]
+        self.size = {}
         for d in range(nd):
             runs, subs = [], []
             for g in G:
@@ -224,10 +225,13 @@ class ConcurrentModel:
                 y = self.y[g][d] = m.new_bool_var(f"y{g}_{d}")  # pays the launch on d
                 m.add_bool_and([self.L[g], x[g][d]]).only_enforce_if(y)
                 m.add_bool_or([~self.L[g], ~x[g][d]]).only_enforce_if(~y)
-                size = m.new_int_var(0, H, f"sz{g}_{d}")
+                size = self.size[g, d] = m.new_int_var(0, H, f"sz{g}_{d}")
                 subs.append(m.new_optional_interval_var(self.S[g], size, self.F[g], y, f"sub{g}_{d}"))
             m.add_no_overlap(runs)
             m.add_no_overlap(subs)
+            # redundant, for the linear relaxation's bound: a device's work fits in the makespan
+            m.add(self.M >= sum(int(self.dur[g, d]) * x[g][d] for g in G if d in x[g])
+                  + self.launch_t * sum(self.y[g][d] for g in G if d in self.y[g]))
         for g in G:
             m.add(self.s[g] >= self.S[g] + self.launch_t)
             m.add(self.e[g] <= self.F[g])
@@ -429,6 +433,7 @@ class ConcurrentModel:
             m.add_hint(self.receiver[g], rcv[g])
             for d, y in self.y[g].items():
                 m.add_hint(y, bool(payer[la] == g and eff[g] == d))
+                m.add_hint(self.size[g, d], int(run["end"][la] - run["start"][la]))
             if hasattr(self, "cid"):
                 m.add_hint(self.cid[g], payer[la])
         for (a, b), s in self.same.items():
@@ -479,15 +484,19 @@ def cp_sat(o: CpSat, ctx: PlaceContext) -> Placed:
         return Placed(np.zeros(0, np.int16))
     t0 = _time.perf_counter()
     deadline = _time.monotonic() + float(o.time_limit)
-    warm, warm_cost = None, np.inf
+    warm, warm_cost, warm_name = None, np.inf, "none"
     if o.warm_start == "heft":
         from hdp.placers.classical import heft
 
+        cands = [(f"single:{d}", p.single(j).astype(np.int64)) for j, d in enumerate(p.devices)
+                 if p.allowed[:, j].all() and sim.feasible(p.single(j))]
         try:
-            warm = np.asarray(heft(Heft(), ctx).group_device, np.int64)
-            warm_cost = sim.cost(warm)
+            cands.insert(0, ("heft", np.asarray(heft(Heft(), ctx).group_device, np.int64)))
         except InputError:  # heft found no placement within the memory caps; CP-SAT may
-            warm = None
+            pass
+        if cands:  # heft's placement, or a single device where one runs faster
+            warm_name, warm = min(cands, key=lambda c: sim.cost(c[1]))
+            warm_cost = sim.cost(warm)
     model = ConcurrentModel(p, warm_cost if warm is not None else None)
     req = model.request_s
     fill = warm if warm is not None else np.argmax(p.allowed, axis=1).astype(np.int64)
@@ -557,7 +566,7 @@ def cp_sat(o: CpSat, ctx: PlaceContext) -> Placed:
     bound = req + bound_t * model.unit
     info = {"cp_sat_status": name, "cp_sat_bound": bound, "workers": int(o.workers),
             "time_limit": float(o.time_limit), "solutions": len(seen), "rounds": rounds, "cuts": len(cut),
-            "resolution_s": model.unit, "warm_start": o.warm_start}
+            "resolution_s": model.unit, "warm_start": warm_name}
     if objective_t is not None:
         info["cp_sat_objective"] = req + objective_t * model.unit
     if warm is not None:

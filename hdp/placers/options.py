@@ -125,7 +125,7 @@ class CpSat(PlacerOptions, tag="cp-sat"):
 
     time_limit: Positive = 60.0  # seconds of search
     workers: Annotated[int, Meta(ge=1, le=64, description="CP-SAT search workers")] = 2
-    warm_start: Literal["heft", "none"] = "heft"  # heft: its placement and run as the hint and horizon
+    warm_start: Literal["heft", "none"] = "heft"  # heft: its placement (or a faster single device) as the hint
     needs = ("costs",)
     #: a scheduling model of the concurrent executor; sequential HETERO has the exact ``optimal``
     serves = frozenset({"concurrent"})
