@@ -12,6 +12,9 @@ concurrent executor):
 
 - ``heft`` and ``optimal`` (the exact optimum of the *sequential* cost model: min-cut for 2 devices)
   run once each (deterministic); their cost is priced under the objective;
+- ``cp-sat`` (``concurrent`` only: CP-SAT's model of the executor, ``--cp-sat`` seconds, heft's warm start):
+  its cost, "proven optimal" or its proven gap (to its lower bound), and its wall seconds — the
+  reference the learned placers are held to where it proves optimality;
 - ``hsdag``, ``placeto``, ``rnn-placer`` run through the one harness (:func:`hdp.learn.harness.learn`)
   with the same budget (``--evaluations`` simulated evaluations and ``--seconds`` of wall clock),
   the same seeds, the same candidates (every single device) and the same warm start (heft's
@@ -52,6 +55,24 @@ def _fmt(xs) -> str:
     return f"{xs.mean():.3f} ± {xs.std(ddof=1):.3f} [{xs.min():.3f}–{xs.max():.3f}]"
 
 
+def cp_sat_cell(module, problem, objective: str, cost, c_heft: float, seconds: float, workers: int) -> str:
+    """CP-SAT on the concurrent objective (the executor's costs of ``objective_cost``: the cost table's
+    launch, no hand-over or request cost): cost (x heft) · "proven optimal" or the proven gap · seconds."""
+    if objective != "concurrent" or seconds <= 0:
+        return "-"
+    from hdp.placement.objective import Concurrent
+    from hdp.placers import PlaceContext, place
+    from hdp.placers.options import method_from
+
+    t0 = time.perf_counter()
+    r = place(method_from("cp-sat", {"time_limit": str(seconds), "workers": str(workers)}),
+              PlaceContext(module=module, problem=problem.with_objective(Concurrent())))
+    secs = time.perf_counter() - t0
+    c = cost(r.group_device)
+    gap = "proven optimal" if r.info["proven_optimal"] == "yes" else f"gap {float(r.info['gap']) * 100:.2f} %"
+    return f"{c * 1e3:.3f} ({c / c_heft:.3f}) · {gap} · {secs:.1f} s"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="i9-flex170")
@@ -68,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train-rounds", type=int, default=2)
     ap.add_argument("--policies", default=None, help="directory of trained policies (policy-<objective>.pt): "
                     "reused when there, else trained and kept there (default: a temporary directory)")
+    ap.add_argument("--cp-sat", type=float, default=60.0, help="CP-SAT's seconds on the concurrent objective (0: skip)")
+    ap.add_argument("--cp-sat-workers", type=int, default=2)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--out", default=None, help="directory for the markdown record")
     args = ap.parse_args(argv)
@@ -97,8 +120,9 @@ def main(argv=None) -> int:
            f"- date: {_dt.date.today().isoformat()}", f"- machine: {machine()}", f"- command: `{cmd}`",
            f"- budget per learned run: {args.evaluations} simulated evaluations and {args.seconds:g} s wall; "
            f"seeds {seeds}; warm start: heft's placement; candidates: every single device",
-           "- CP-SAT: not run (OR-Tools is not installed in the project's environment); the exact column is "
-           "the optimum of the *sequential* cost model (min-cut), exact for `latency` only", ""]
+           "- exact columns: `optimal (seq.)` is the optimum of the *sequential* cost model (min-cut), exact for "
+           "`latency` only; `CP-SAT` (concurrent only) is CP-SAT's model of the executor "
+           f"({args.cp_sat:g} s, {args.cp_sat_workers} worker(s), heft warm start) with its proven gap", ""]
     print("\n".join(out), flush=True)
     work = Path(args.policies) if args.policies else Path(tempfile.mkdtemp(prefix="hdp-learned-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -137,9 +161,10 @@ def main(argv=None) -> int:
             out.append(line)
             print(line, flush=True)
         head = (f"\n## objective `{objective}`\n\n| model | ops | groups | nodes | heft ms | optimal (seq.) | "
+                "CP-SAT ms (x heft) · gap · s | "
                 + " | ".join(f"{x} ms (x heft) · t best · evals" for x in LEARNERS)
                 + (" | zero-shot ms (x heft) · forward s | hsdag+policy ms (x heft) · t best" if policy else "") + " |")
-        table = [head, "|" + "---|" * (6 + len(LEARNERS) + (2 if policy else 0))]
+        table = [head, "|" + "---|" * (7 + len(LEARNERS) + (2 if policy else 0))]
         print(head, flush=True)
         for name, (m, p) in models.items():
             cost = objective_cost(p, objective)
@@ -157,6 +182,7 @@ def main(argv=None) -> int:
             nodes = build_learn_graph(m, p).n_nodes
             cells = [name, str(m.graph.n_ops), str(p.n_groups), str(nodes), f"{c_heft * 1e3:.3f} ({t_heft:.2f} s)",
                      f"{cost(opt) * 1e3:.3f} ({cost(opt) / c_heft:.3f}; {t_opt:.2f} s)"]
+            cells.append(cp_sat_cell(m, p, objective, cost, c_heft, args.cp_sat, args.cp_sat_workers))
             for method in LEARNERS:
                 rs = [learn(method, m, p, cost, budget, seed=s, warm_start=("heft", heft)) for s in seeds]
                 loads.append(load())
