@@ -3,6 +3,7 @@ default pipeline as text, flags filling it, and ``compile_model`` running lower,
 and raise through one manager."""
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -241,6 +242,33 @@ def test_timing_nests():
     t.after("check", "", False, None)
     assert [r["pass"] for r in t.rows] == ["partition", "check"]
     assert t.rows[1]["seconds"] >= t.rows[0]["seconds"]
+
+
+def test_one_worker_serves_support_profile_and_the_check(branchy_xml, tmp_path, monkeypatch):
+    """The check loads the model as support and profile did (its target is the same when every
+    device is real), so it takes over their worker, model read, even though hdp.jit sets Numba's
+    cache directory in the environment when the placer makes its first kernel, in between."""
+    from hdp.jit import ENV
+    from hdp.passes.partition import PartitionPass
+    from hdp.runtime import worker_client as wc
+
+    starts = []
+    real_start, real_run = wc.WorkerProcess.start, PartitionPass.run
+
+    def start(self):
+        starts.append(self)
+        return real_start(self)
+
+    def run(self, module):
+        os.environ[ENV] = str(tmp_path / "numba")  # (undone by monkeypatch below)
+        return real_run(self, module)
+
+    monkeypatch.setenv(ENV, os.environ.get(ENV, ""))
+    monkeypatch.setattr(wc.WorkerProcess, "start", start)
+    monkeypatch.setattr(PartitionPass, "run", run)
+    res = compile_model(branchy_xml, tmp_path / "p.xml", "virtual", method="heft")
+    assert res.check is not None and res.check.passed
+    assert len(starts) == 1
 
 
 def test_the_written_file_is_what_is_checked_and_it_is_compiled_once(branchy_xml, tmp_path, monkeypatch):

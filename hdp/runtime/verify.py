@@ -76,7 +76,11 @@ def calibrated(tol: float, device_errors) -> float:
 
 def check_target(target: Target) -> tuple[Target, dict[str, str]]:
     """``target`` with every modeled device replaced by a CPU plugin stand-in (f32), and the
-    renaming {modeled name: stand-in name}."""
+    renaming {modeled name: stand-in name}. A target of real devices only is returned as it is,
+    so the check loads the model as ``support`` and ``profile`` did and takes over their worker,
+    model read (:func:`hdp.runtime.worker_client.worker_reuse`)."""
+    if all(d.kind == "real" for d in target.devices):
+        return target, {}
     devs, rename = [], {}
     for i, d in enumerate(target.devices):
         if d.kind == "real":

@@ -207,7 +207,7 @@ class WorkerPool:
         return self._worker
 
     def _keep(self, worker: WorkerProcess, load: bytes | None, reply: P.Loaded | None) -> None:
-        self._worker, self._load, self._reply, self._env = worker, load, reply, dict(os.environ)
+        self._worker, self._load, self._reply, self._env = worker, load, reply, _environment()
 
     def prestart(self, xml: str | os.PathLike | None = None, request=None) -> None:
         """Start a spare worker now (unless there is one), so that OpenVINO's import in it overlaps
@@ -238,7 +238,7 @@ class WorkerPool:
         w = self._worker
         if w is None:
             return None
-        if not w.alive or self._env != dict(os.environ):
+        if not w.alive or self._env != _environment():
             self.close()
             return None
         if self._load is not None and self._load != load:
@@ -253,6 +253,15 @@ class WorkerPool:
         self._worker = self._load = self._reply = self._env = None
         if w is not None:
             w.close()
+
+
+def _environment() -> dict:
+    """This process's environment as a spare worker must share it (a test's fault injection, say);
+    without Numba's cache directory, which :mod:`hdp.jit` sets when the first kernel is made
+    (in ``hdp compile``, after the worker started): a worker works the same directory out itself."""
+    from hdp.jit import ENV
+
+    return {k: v for k, v in os.environ.items() if k != ENV}
 
 
 _POOL: contextvars.ContextVar[WorkerPool | None] = contextvars.ContextVar("hdp_worker_pool", default=None)
