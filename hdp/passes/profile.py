@@ -2,13 +2,19 @@
 
 See :mod:`hdp.runtime.profile` for how the real devices are run (one worker, interleaved rounds,
 a time budget), how compiled nodes map back to ops, the roofline of modeled devices, and why per-op
-times are not scaled to the measured whole-model latency.
+times are not scaled to the measured whole-model latency; :mod:`hdp.runtime.chunks` for how a
+model of more than ``whole_max`` ops is profiled in chunks.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from msgspec import Meta
+
 from hdp.ir.types import Module
 from hdp.passes.base import Pass
+from hdp.runtime.chunks import CHUNK_OPS, WHOLE_MAX
 from hdp.runtime.target import Target
 
 
@@ -24,15 +30,30 @@ class ProfilePass(Pass, tag="profile"):
     #: per-op differences toward the device ratio (hdp.runtime.denoise); false: per-op means as timed
     denoise: bool = True
     timeout: float = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
+    #: a model of more than ``whole_max`` ops is profiled in chunks of ``chunk`` ops, each distinct
+    #: chunk once (hdp.runtime.chunks; 0: whole, however large)
+    chunk: Annotated[int, Meta(ge=0)] = CHUNK_OPS
+    whole_max: Annotated[int, Meta(ge=0)] = WHOLE_MAX
     requires = ("graph",)
     provides = ("costs",)
     version = 3  # per-run samples: medians, pooled kinds, shrinkage and op_se
     host_dependent = True  # real devices answer: the cache key includes the host
     key_exclude = ("timeout",)
 
+    def key_value(self):
+        """The options but ``timeout``, and ``chunk``/``whole_max`` only when set otherwise than by
+        default: profiles cached before chunking existed keep their keys (models of up to
+        ``whole_max`` ops are profiled whole, as then)."""
+        out = super().key_value()
+        for f, default in (("chunk", CHUNK_OPS), ("whole_max", WHOLE_MAX)):
+            if out[f] == default:
+                del out[f]
+        return out
+
     def run(self, module: Module) -> Module:
         from hdp.runtime.profile import profile_costs
 
         costs, _ = profile_costs(module, self.target, runs=self.runs, warmup=self.warmup, seconds=self.seconds,
-                                 min_runs=self.min_runs, timeout=self.timeout, denoise=self.denoise)
+                                 min_runs=self.min_runs, timeout=self.timeout, denoise=self.denoise,
+                                 chunk=self.chunk, whole_max=self.whole_max)
         return module.replace(costs=costs)

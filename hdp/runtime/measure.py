@@ -358,11 +358,12 @@ class Measurer:
         return m
 
     def profile(self, devices: Sequence[str], *, runs: int | None = None, warmup: int | None = None,
-                seconds: float = 0.0, min_runs: int = 1) -> dict:
+                seconds: float = 0.0, min_runs: int = 1, chunk: int = 0, whole_max: int = 0) -> dict:
         """Compile the unplaced model on each of ``devices`` with PERF_COUNT, warm each up, then
         run them in interleaved rounds (one run per device per round): ``min_runs`` rounds, then
         more while the next (judged by the last) keeps the timed runs within ``seconds`` (0: no
-        budget), at most ``runs`` (default: this Measurer's). Returns the worker's
+        budget), at most ``runs`` (default: this Measurer's). A model of more than ``whole_max`` ops
+        is profiled in chunks of ``chunk`` ops (:mod:`hdp.runtime.chunks`; 0: whole). Returns the worker's
         :class:`~hdp.runtime.protocol.Profiled` reply as plain data (per device ``times`` and the
         runtime graph ``nodes``, each node a dict). Raises MeasureError on failure; never cached
         (the profile pass is)."""
@@ -371,7 +372,7 @@ class Measurer:
                 raise InputError(f"device '{d}' of target '{self.target.name}' is modeled; it cannot be profiled")
         req = P.Profile(devices=list(devices), runs=int(runs or self.runs),
                         warmup=int(self.warmup if warmup is None else warmup), seconds=float(seconds),
-                        min_runs=int(min_runs))
+                        min_runs=int(min_runs), chunk=int(chunk), whole_max=int(whole_max))
         what = ", ".join(devices)
         try:
             reply = self._call(req)

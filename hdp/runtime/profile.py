@@ -68,6 +68,13 @@ ShapeOf is a constant for a static-shaped model) cost 0 everywhere. An op the mo
 table marks unsupported on a device costs ``inf`` there (without a table, a modeled device's
 ``supported_ops`` list decides). A real device is profiled by compiling the whole model on it, so
 a real device that cannot compile every op of the model is an error here.
+
+**Chunks.** A model of more than ``whole_max`` ops (default :data:`~hdp.runtime.chunks.WHOLE_MAX`,
+8,192: larger than every zoo model) is profiled in chunks of ``chunk`` ops instead, each distinct
+chunk compiled and timed once (:mod:`hdp.runtime.chunks`): OpenVINO's compile of a long
+element-wise chain grows superlinearly (cubically on the CPU plugin), so a 20,000-op Relu/Add chain
+sharing one Constant did not compile within 20 minutes, and its chunks compile in seconds. The
+nodes and times of the chunks go through the same attribution as a whole model's.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ import numpy as np
 from hdp.errors import InputError
 from hdp.ir.build import csr, edge_sources, predecessors_csr
 from hdp.ir.types import Array, Costs, Graph, Module
+from hdp.runtime.chunks import CHUNK_OPS, WHOLE_MAX
 from hdp.runtime.target import PRECISION_BYTES, Device, Target
 
 _FLOAT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
@@ -305,6 +313,7 @@ def coverage(costs: Costs) -> tuple[float, ...]:
 
 def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int = 1, seconds: float = 1.0,
                   min_runs: int = 3, timeout: float = 600.0, denoise: bool = True,
+                  chunk: int = CHUNK_OPS, whole_max: int = WHOLE_MAX,
                   stages: dict[str, float] | None = None,
                   samples: dict | None = None) -> tuple[Costs, dict[str, dict[str, float]]]:
     """The Costs of ``module`` on ``target`` and, per device, ``total`` (median), ``mean``, ``sum``,
@@ -316,7 +325,10 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
     with PERF_COUNT and warmed up ``warmup`` times, in parallel; then timed in interleaved rounds
     (one run per device per round): ``min_runs`` rounds, then more while the next (judged by the
     last) keeps the timed runs within ``seconds`` (0: no budget), at most ``runs``. ``timeout``
-    bounds each device's compile, warm-up and runs (the one request gets the sum).
+    bounds each device's compile, warm-up and runs (the one request gets the sum). A model of more
+    than ``whole_max`` ops is profiled in chunks of ``chunk`` ops, each distinct chunk measured once
+    (:mod:`hdp.runtime.chunks`; ``chunk=0``: always whole); ``info`` then says how many
+    (``chunks``, ``measured_chunks``).
 
     With ``denoise`` (:mod:`hdp.runtime.denoise`): each op's time is its median over the runs
     (minimum below three), devices of one kind are pooled into one column, the **profile's own
@@ -354,7 +366,7 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
                 t0 = time.perf_counter()
                 m.loaded()
                 clock["start"] = time.perf_counter() - t0
-                reply = m.profile(real, seconds=seconds, min_runs=min_runs)
+                reply = m.profile(real, seconds=seconds, min_runs=min_runs, chunk=chunk, whole_max=whole_max)
             except MeasureError as e:
                 raise InputError(str(e)) from None
             t0 = time.perf_counter()
@@ -390,6 +402,8 @@ def profile_costs(module: Module, target: Target, *, runs: int = 10, warmup: int
         cov = s / mean if mean > 0 else float("nan")
         info[d.name] = {"total": total, "mean": mean, "sum": s, "coverage": cov, "unattributed": lost,
                         "runs": k, "compile_seconds": r["compile_seconds"], "kind": labels[d.name]}
+        if r.get("chunks"):
+            info[d.name].update(chunks=r["chunks"], measured_chunks=r["measured_chunks"])
         if cov > 1.5 or (cov < 0.5 and mean > 1e-3):
             warnings.warn(f"profile on {d.name}: per-op times sum to {cov:.2f}x the mean latency "
                           f"({s * 1e3:.3f} vs {mean * 1e3:.3f} ms); the per-op costs are unreliable "

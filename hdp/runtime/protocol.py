@@ -144,6 +144,10 @@ class Profile(_Message, tag="profile"):
     warmup: int
     seconds: float = 0.0
     min_runs: int = 1
+    #: a model of more than ``whole_max`` ops is profiled in chunks of ``chunk`` ops
+    #: (:mod:`hdp.runtime.chunks`; 0: always whole)
+    chunk: int = 0
+    whole_max: int = 0
 
 
 class Prepare(_Message, tag="prepare"):
@@ -323,6 +327,8 @@ class DeviceProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     warmup: int
     nodes: list[RuntimeNode]
     properties: dict[str, str] = {}
+    chunks: int = 0  # the chunks it was profiled in (0: whole)
+    measured_chunks: int = 0  # ... of which compiled and timed (the others are repeats)
 
 
 class ProfileSeconds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -85,7 +85,7 @@ def _dims(text: str) -> tuple[int, ...]:
     return tuple(int(d) for d in body.split(",")) if body else ()
 
 
-def _known_value(src, dims: tuple[int, ...]) -> np.ndarray | None:
+def known_value(src, dims: tuple[int, ...]) -> np.ndarray | None:
     """The statically known value of a small integer output (shape arithmetic), or None."""
     import openvino as ov
 
@@ -130,7 +130,7 @@ def _inputs(op) -> list[tuple[_Input, object]]:
                     value = None
             out.append((_Input("const", et, text, value), None))
             continue
-        known = _known_value(src, _dims(text))
+        known = known_value(src, _dims(text))
         if known is not None:
             out.append((_Input("known", et, text, known.tobytes()), known))
         else:

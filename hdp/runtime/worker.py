@@ -135,6 +135,7 @@ class Worker:
         self.prepared: dict[int, tuple[object, object]] = {}  # handle -> (compiled model, infer request)
         self._next_handle = 0
         self.sigs = None  # (Signatures, input feeds) of the loaded model, made by ``signatures``
+        self._static = None  # a stateful model at static shapes (see _static_model)
 
     def handle(self, req: P.Request) -> P.Reply:
         """The reply to ``req``: its handler's (:data:`HANDLERS`), or :class:`~hdp.runtime.protocol.Failed`."""
@@ -201,6 +202,7 @@ class Worker:
         self._as_written = None
         self.reference = {}
         self.sigs = None
+        self._static = None
         self.alone = {}  # (runs, device) -> relative error of the original on that device alone
         want = req.structure
         if want is not None and oi.op_structure(self.ops).digest() != want:
@@ -229,14 +231,17 @@ class Worker:
             self.cores[devices] = make_core(self.target, list(devices))
         return self.cores[devices]
 
-    def _ready(self, req):
-        """Set the fixed inputs on an infer request; returns ``start()``, which puts a stateful
-        model back to the specialised state (every timed inference starts from it)."""
+    def _ready(self, req, inputs=None):
+        """Set the fixed inputs (``inputs``, default the model's) on an infer request; returns
+        ``start()``, which puts a stateful model back to the specialised state (every timed
+        inference starts from it)."""
         import openvino as ov
 
-        if self.inputs is None:
-            self.inputs = random_inputs(self.model)
-        for i, a in enumerate(self.inputs):
+        if inputs is None:
+            if self.inputs is None:
+                self.inputs = random_inputs(self.model)
+            inputs = self.inputs
+        for i, a in enumerate(inputs):
             req.set_input_tensor(i, ov.Tensor(a))
         states = [(st, ov.Tensor(self.states[st.name])) for st in req.query_state() if st.name in self.states]
 
@@ -601,15 +606,23 @@ class Worker:
         return P.Supported(supported={d: supported_mask(self.ops, answers[d]).tolist() for d in devices})
 
     def _signatures(self):
-        from hdp.ir import specialise as sp
         from hdp.runtime import query
 
         if self.sigs is None:
-            # a stateful model's runnable specialisation keeps its states dynamic: signatures take
-            # the static shapes hdp costs, from the specialisation with static states
-            static = sp.specialise(self.original, self.spec, self.xml) if self.spec.state else self.model
-            self.sigs = query.signatures(static.get_ordered_ops())
+            self.sigs = query.signatures(self._static_model().get_ordered_ops())
         return self.sigs
+
+    def _static_model(self):
+        """The model at the static shapes hdp costs: the runnable specialisation, or for a stateful
+        model (whose runnable specialisation keeps its states dynamic) the specialisation with
+        static states, made once."""
+        from hdp.ir import specialise as sp
+
+        if not self.spec.state:
+            return self.model
+        if self._static is None:
+            self._static = sp.specialise(self.original, self.spec, self.xml)
+        return self._static
 
     def signatures(self, req: P.Signatures) -> P.SignatureTable:
         """Each op's signature (see :mod:`hdp.runtime.query`)."""
@@ -664,9 +677,10 @@ class Worker:
         return P.Timed(times=times, compile_seconds=compile_s)
 
     def profile(self, req: P.Profile) -> P.Profiled:
-        """Per-node counters of the unplaced model on each device (see :class:`~hdp.runtime.protocol.Profile`)."""
-        import threading
-
+        """Per-node counters of the unplaced model on each device (see :class:`~hdp.runtime.protocol.Profile`):
+        of the model whole, or of its chunks (:mod:`hdp.runtime.chunks`) beside a one-op model
+        that measures what one inference request costs by itself; a model whose chunks do not all
+        compile alone is profiled whole."""
         t_start = time.perf_counter()
         devices = list(req.devices)
         runs, warmup = req.runs, max(req.warmup, 1)
@@ -675,22 +689,84 @@ class Worker:
         cores = [self.core((d,)) for d in devices]  # made here: registering plugins is not for threads
         if self.inputs is None:  # made once, before the threads share them
             self.inputs = random_inputs(self.model)
-        ready: list = [None] * len(devices)  # (compiled, infer request, start, compile seconds)
+        units, plan = self._profile_units(req.chunk, req.whole_max)
+        ready, failed = self._prepare(units, devices, cores, warmup)
+        if plan is not None and any(e is not None for e in failed):  # a chunk that does not compile alone
+            units, plan = [(self.model, self.inputs)], None
+            ready, failed = self._prepare(units, devices, cores, warmup)
+        for d, e in zip(devices, failed):
+            if e is not None:
+                raise RuntimeError(f"{d}: {ov_message(e)}") from e
+        t_prepared = time.perf_counter()
+        before = [[_counters(r) for _, r, _ in got] for got, _ in ready]
+        after_run: list[list[list[dict]]] = [[] for _ in devices]  # per device, per timed run: counters per unit
+        unit_times: list[list[list[float]]] = [[] for _ in devices]  # per device, per timed run: seconds per unit
+        starts: list[list[float]] = [[] for _ in devices]  # seconds after the warm-ups
+        clock, spent, last, done = time.perf_counter, 0.0, 0.0, 0
+        # another round only if it fits the budget, judged by the last one (min_runs regardless)
+        while done < runs and (done < min_runs or spent + last <= budget):
+            order = range(len(devices)) if done % 2 == 0 else range(len(devices) - 1, -1, -1)
+            last = 0.0
+            for j in order:
+                got, _ = ready[j]
+                row = []
+                starts[j].append(clock() - t_prepared)
+                for _, ireq, start in got:
+                    start()
+                    t0 = clock()
+                    ireq.infer()
+                    row.append(clock() - t0)
+                unit_times[j].append(row)
+                last += sum(row)
+                after_run[j].append([_counters(ireq) for _, ireq, _ in got])  # ~1 ms for 500 nodes, untimed
+            spent += last
+            done += 1
+        t_timed = time.perf_counter()
+        out = []
+        index = self._unit_index(plan)
+        for j, (got, compile_s) in enumerate(ready):
+            nodes = [_runtime_nodes(c, index, before[j][u], _counters(r), [a[u] for a in after_run[j]])
+                     for u, (c, r, _) in enumerate(got[:len(got) - (plan is not None)])]
+            if plan is None:
+                times, nodes = [row[0] for row in unit_times[j]], nodes[0]
+            else:
+                from hdp.runtime.chunks import chunk_times, spread_nodes
+
+                times = chunk_times(plan, unit_times[j])
+                nodes = spread_nodes(plan, nodes)
+            out.append(P.DeviceProfile(device=devices[j], times=times, starts=starts[j], compile_seconds=compile_s,
+                                       warmup=warmup, properties=_compiled_properties(cores[j], got[0][0], devices[j]),
+                                       nodes=nodes, chunks=len(plan.members) if plan else 0,
+                                       measured_chunks=len(plan.measured()) if plan else 0))
+        t_end = time.perf_counter()
+        return P.Profiled(devices=out, seconds=P.ProfileSeconds(prepare=t_prepared - t_start, timed=t_timed - t_prepared,
+                                                                nodes=t_end - t_timed))
+
+    def _prepare(self, units, devices: list[str], cores: list, warmup: int) -> tuple[list, list]:
+        """Compile every unit (model, inputs) on every device with PERF_COUNT and warm each up,
+        the devices in parallel threads (untimed, so they may share the cores meanwhile). Returns
+        per device ([(compiled, infer request, start)] per unit, compile seconds) or None, and the
+        exception that stopped it or None."""
+        import threading
+
+        ready: list = [None] * len(devices)
         failed: list = [None] * len(devices)
 
         def prepare(j: int) -> None:
-            # compile and warm up; untimed, so the devices may share the cores meanwhile
             try:
-                t0 = time.perf_counter()
-                compiled = cores[j].compile_model(self.model, devices[j], {"PERF_COUNT": "YES"})
-                compile_s = time.perf_counter() - t0
-                ireq = compiled.create_infer_request()
-                start = self._ready(ireq)
-                for _ in range(warmup):
-                    start()
-                    ireq.infer()
-                ready[j] = (compiled, ireq, start, compile_s)
-            except Exception as e:  # noqa: BLE001 - reported below, naming the device
+                got, compile_s = [], 0.0
+                for model, inputs in units:
+                    t0 = time.perf_counter()
+                    compiled = cores[j].compile_model(model, devices[j], {"PERF_COUNT": "YES"})
+                    compile_s += time.perf_counter() - t0
+                    ireq = compiled.create_infer_request()
+                    got.append((compiled, ireq, self._ready(ireq, inputs)))
+                for _, ireq, start in got:
+                    for _ in range(warmup):
+                        start()
+                        ireq.infer()
+                ready[j] = (got, compile_s)
+            except Exception as e:  # noqa: BLE001 - reported by the caller, naming the device
                 failed[j] = e
 
         threads = [threading.Thread(target=prepare, args=(j,), daemon=True) for j in range(1, len(devices))]
@@ -699,41 +775,36 @@ class Worker:
         prepare(0)
         for t in threads:
             t.join()
-        for d, e in zip(devices, failed):
-            if e is not None:
-                raise RuntimeError(f"{d}: {ov_message(e)}") from e
-        t_prepared = time.perf_counter()
-        before = [_counters(r[1]) for r in ready]
-        after_run: list[list[dict]] = [[] for _ in devices]  # the counters after every timed run
-        times: list[list[float]] = [[] for _ in devices]
-        starts: list[list[float]] = [[] for _ in devices]  # seconds after the warm-ups
-        clock, spent, last, done = time.perf_counter, 0.0, 0.0, 0
-        # another round only if it fits the budget, judged by the last one (min_runs regardless)
-        while done < runs and (done < min_runs or spent + last <= budget):
-            order = range(len(devices)) if done % 2 == 0 else range(len(devices) - 1, -1, -1)
-            last = 0.0
-            for j in order:
-                _, ireq, start, _ = ready[j]
-                start()
-                t0 = clock()
-                ireq.infer()
-                dt = clock() - t0
-                times[j].append(dt)
-                starts[j].append(t0 - t_prepared)
-                last += dt
-                after_run[j].append(_counters(ireq))  # ~1 ms for 500 nodes, outside the timed call
-            spent += last
-            done += 1
-        t_timed = time.perf_counter()
-        out = []
-        for j, (compiled, ireq, _, compile_s) in enumerate(ready):
-            out.append(P.DeviceProfile(device=devices[j], times=times[j], starts=starts[j], compile_seconds=compile_s,
-                                       warmup=warmup, properties=_compiled_properties(cores[j], compiled, devices[j]),
-                                       nodes=_runtime_nodes(compiled, self.index, before[j], _counters(ireq),
-                                                            after_run[j])))
-        t_end = time.perf_counter()
-        return P.Profiled(devices=out, seconds=P.ProfileSeconds(prepare=t_prepared - t_start, timed=t_timed - t_prepared,
-                                                                nodes=t_end - t_timed))
+        return ready, failed
+
+    def _profile_units(self, chunk: int, whole_max: int):
+        """(models to profile with their inputs, the chunk plan or None): the model itself, or,
+        with more than ``whole_max`` ops, its measured chunks of ``chunk`` ops and a one-op model
+        last (one inference request's own cost). A model that cannot be cut is profiled whole."""
+        whole = [(self.model, self.inputs)], None
+        if chunk <= 0 or len(self.ops) <= whole_max:
+            return whole
+        from hdp.runtime import chunks
+
+        sigs, _ = self._signatures()
+        try:
+            plan, models = chunks.chunk_models(self.model, chunk, sigs.sig_of,
+                                               self._static_model().get_ordered_ops() if self.spec.state else None)
+        except (chunks.ChunkError, RuntimeError, TypeError, ValueError):  # cannot be cut: whole
+            return whole
+        if len(plan.members) < 2:
+            return whole
+        units = [(models[c], random_inputs(models[c])) for c in plan.measured()]
+        one = chunks.request_model()
+        return units + [(one, random_inputs(one))], plan
+
+    def _unit_index(self, plan) -> dict[str, list[int]]:
+        """Friendly name -> op positions for the runtime graphs of profiled units."""
+        if plan is None:
+            return self.index
+        from hdp.runtime.chunks import op_name
+
+        return {op_name(i): [i] for i in range(len(self.ops))}
 
 
 #: Seconds of one throughput window when the request leaves its size to the worker.
