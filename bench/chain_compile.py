@@ -5,12 +5,21 @@ Add reads one Constant (the issue's chain), else each has its own (seven distinc
 run is a fresh ``hdp compile`` from an empty ``--cache-dir`` (``--no-compare``, as a user who
 wants the placed model waits for it); the table gives each pass's seconds and the wall time,
 median [min-max] over ``--reps`` runs, beside OpenVINO's own floor on the same model: one
-``core.compile_model`` on the CPU plugin (f32), in a fresh process, which ``profile`` (once per
-device, in parallel) and the check (the placed file as it will be committed, under HETERO, and the
-original on CPU f32 for reference beside it) each pay; ``raise`` commits the checked file.
+``core.compile_model`` on the CPU plugin (f32), in a fresh process, which the check pays twice in
+parallel (the placed file as it will be committed, under HETERO, and the original on CPU f32 for
+reference beside it); ``profile`` compiles the chain's distinct chunks instead (a model of more
+than 8,192 ops, ``hdp/runtime/chunks.py``); ``raise`` commits the checked file.
+``--floor-sizes 500,1000,2000`` only times that floor at each length (a fresh process each, at
+most ``--timeout`` seconds), for the shape of OpenVINO's own growth.
+
+hdp's Numba kernels are compiled once into a cache of the bench's own (``python -m hdp.warmup``,
+what ``make install`` runs, timed and printed on its own) before the runs, as a user's are after
+installing; ``--cold-kernels`` leaves that cache empty instead, so every run compiles them (some
+10 s of ``partition`` on this 2-core VM).
 
     flock /work/measure.lock python bench/chain_compile.py --ops 20000 --reps 3            # ~10 min
     flock /work/measure.lock python bench/chain_compile.py --ops 20000 --reps 1 --shared   # OpenVINO: minutes
+    flock /work/measure.lock python bench/chain_compile.py --shared --floor-sizes 500,1000,2000
 """
 
 from __future__ import annotations
@@ -52,10 +61,16 @@ def main() -> None:
     ap.add_argument("--target", default="virtual")
     ap.add_argument("--no-floor", action="store_true", help="skip timing OpenVINO's own compile_model")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--cold-kernels", action="store_true", help="no Numba kernel cache: every run compiles them")
+    ap.add_argument("--floor-sizes", default="", help="only time OpenVINO's compile of the chain at these lengths")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
     import hostile
+
+    if a.floor_sizes:
+        _floors(a, hostile)
+        return
 
     rows: dict[str, list[float]] = {}
     walls: list[float] = []
@@ -66,7 +81,16 @@ def main() -> None:
         work = Path(w)
         xml = hostile.save(hostile.chain_model(a.ops, shared=a.shared), work / "chain.xml")
         env = _env(work)
+        warm = None
+        if not a.cold_kernels:
+            env["NUMBA_CACHE_DIR"] = str(work / "numba")
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "hdp.warmup"], check=True, env=env, capture_output=True,
+                           timeout=a.timeout)
+            warm = time.perf_counter() - t0
         for i in range(a.reps):
+            if a.cold_kernels:  # a new, empty kernel cache per run
+                env = dict(env, NUMBA_CACHE_DIR=str(work / f"numba-{i}"))
             if not a.no_floor:
                 p = subprocess.run([sys.executable, "-c", _FLOOR, str(xml)], capture_output=True, text=True,
                                    env=env, timeout=a.timeout)
@@ -97,7 +121,9 @@ def main() -> None:
     kind = "one shared Constant" if a.shared else "a Constant per Add"
     print(f"hdp compile of a {a.ops}-op Relu/Add chain ({kind}) --target {a.target} --method {a.method} "
           f"--no-compare, {a.reps} runs from empty caches, load average {min(loads):.1f}-{max(loads):.1f} on "
-          f"{os.cpu_count()} cores; seconds, median [min-max]:\n")
+          f"{os.cpu_count()} cores, " + ("Numba kernels compiled in every run" if a.cold_kernels else
+                                         f"Numba kernels compiled before the runs ({warm:.1f} s)")
+          + "; seconds, median [min-max]:\n")
 
     def cell(xs):
         return f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]" if xs else "-"
@@ -109,6 +135,25 @@ def main() -> None:
     print(f"| CPU of the whole command (user + system, hdp and its workers) | {cell(cpus)} |")
     if floors:
         print(f"| OpenVINO alone: `core.compile_model` on CPU (f32), fresh process | {cell(floors)} |")
+
+
+def _floors(a, hostile) -> None:
+    """OpenVINO's own ``compile_model`` of the chain at each of ``a.floor_sizes`` ops."""
+    kind = "one shared Constant" if a.shared else "a Constant per Add"
+    print(f"OpenVINO `core.compile_model` of a Relu/Add chain ({kind}) on CPU (f32), fresh process each, "
+          f"load average {os.getloadavg()[0]:.1f} at the start on {os.cpu_count()} cores:\n")
+    print("| ops | seconds |\n|---:|---:|", flush=True)
+    with tempfile.TemporaryDirectory(prefix="hdp-chain-") as w:
+        for n in (int(x) for x in a.floor_sizes.split(",")):
+            xml = hostile.save(hostile.chain_model(n, shared=a.shared), Path(w) / f"chain{n}.xml")
+            try:
+                p = subprocess.run([sys.executable, "-c", _FLOOR, str(xml)], capture_output=True, text=True,
+                                   env=_env(Path(w)), timeout=a.timeout)
+                cell = f"{float(p.stdout.strip().splitlines()[-1]):.1f}" if p.returncode == 0 else "failed"
+            except subprocess.TimeoutExpired:
+                cell = f"> {a.timeout:.0f} (stopped)"
+            print(f"| {n:,} | {cell} |", flush=True)
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":
