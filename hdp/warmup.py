@@ -43,7 +43,7 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
     import numpy as np
 
     from hdp.passes.manager import PassManager
-    from hdp.placement.objective import Throughput
+    from hdp.placement.objective import Concurrent, Throughput
     from hdp.pipeline import compile_schedule, make_pass
     from hdp.placement.problem import problem_of
     from hdp.placers import IMPLEMENTATIONS
@@ -58,8 +58,11 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
                         make_pass("features", {}), make_pass("coarsen", {})]).run(module)
     PassManager([make_pass("coarsen", {"groups": 16})]).run(base)
     for name in sorted(IMPLEMENTATIONS):
-        if "features" in type(method_from(name)).needs:  # the learned placer: its kernels are the
-            continue                                      # structure passes' and the simulator's
+        o = method_from(name)
+        if "features" in type(o).needs:  # the learned placers: their kernels are the
+            continue                     # structure passes' and the simulator's
+        if "latency" not in o.served(target):  # cp-sat: concurrent only; the simulator's kernels below
+            continue
         PassManager(compile_schedule(target, name, refine=True)).run(module)
     # a target without declared memory (modeled devices unlimited): the placers' paths without caps
     unlimited = msgspec.structs.replace(target, devices=[msgspec.structs.replace(d, memory=None)
@@ -72,6 +75,9 @@ def warm_up(n_ops: int = 400) -> dict[str, int]:
     sim.latency_parallel(dev)
     sim.subgraphs(dev)
     sim.memory(dev)
+    con = Simulator(problem_of(base, objective=Concurrent()))
+    con.cost(dev)
+    con.costs(np.stack([dev, np.zeros_like(dev)]))
     thr = Simulator(problem_of(base, objective=Throughput()))
     thr.loads(dev)
     thr.costs(np.stack([dev, np.zeros_like(dev)]))
