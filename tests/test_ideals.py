@@ -164,6 +164,44 @@ def test_contiguous_optimum_equals_brute_force(tmp_path, seed, n, k, cap, traini
         assert s.value <= best_c * (1 + 1e-12) and s.value == pytest.approx(best, rel=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_several_device_classes_and_no_free_device(tmp_path, seed):
+    """hdp's format: two GPUs (capped), one NPU that runs some ops only, and a CPU that pays for
+    its transfers like the others: states count the devices of each class."""
+    rng = np.random.default_rng(500 + seed)
+    n = 7
+    ops = []
+    for i in range(n):
+        t = float(rng.uniform(0.5, 3))
+        time = {"CPU": 4 * t, "GPU": t}
+        if rng.random() < 0.6:
+            time["NPU"] = float(rng.uniform(0.3, 2))
+        ops.append({"name": f"o{i}", "time": time, "bytes": int(rng.integers(1, 8)), "tie": i % 6})
+    tensors = []
+    for v in range(1, n):
+        us = rng.choice(v, min(v, int(rng.integers(1, 3))), replace=False)
+        tensors += [{"producer": f"o{u}", "consumers": [f"o{v}"], "time": float(rng.uniform(0, 1))} for u in us]
+    doc = {"format": "hdp-costgraph", "ops": ops, "tensors": tensors,
+           "devices": [{"name": "CPU"}, {"name": "GPU", "count": 2, "memory": 14}, {"name": "NPU", "memory": 10}]}
+    f = tmp_path / "w.json"
+    f.write_text(json.dumps(doc))
+    m = lower(read(f))
+    p = build_problem(m)
+    ml = max_load_data(p, m)
+    assert not ml.free_comm.any() and ML.symmetry_classes(p, ml) == [[1, 2]]
+    st = p.structure
+    g = {op.name: int(st.group_of[i]) for i, op in enumerate(m.graph.ops)}
+    edges = {(g[t["producer"]], g[c]) for t in tensors for c in t["consumers"] if g[t["producer"]] != g[c]}
+    best, best_c = brute_force(p, ml, edges)
+    r = ML.contiguous_split(p, ml)
+    assert r.exact
+    if not np.isfinite(best_c):
+        assert r.group_device is None
+        return
+    assert r.value == pytest.approx(best_c, rel=1e-9) and contiguous(r.group_device, edges)
+    assert ML.feasible(p, ml, r.group_device)
+
+
 def test_the_order_of_a_training_graph(tmp_path):
     """Backward ops do not order their groups; a backward-only class sits where its backward
     edges put it, read in reverse; an idle weight joins the op it feeds."""

@@ -165,14 +165,19 @@ class Contiguous:
     info: dict
 
 
-def contiguous_optimum(problem, ml, arrays, classes, bound: float = np.inf, max_ideals: int = MAX_IDEALS,
+#: With fewer ideals than this the walk needs no first bound (a callable ``bound`` is not called).
+SMALL = 512
+
+
+def contiguous_optimum(problem, ml, arrays, classes, bound=np.inf, max_ideals: int = MAX_IDEALS,
                        max_visits: int = MAX_VISITS, dag: PipelineDag | None = None) -> Contiguous:
     """The contiguous split of least max-load (see the module docstring); its ``value`` is the
     DP's own sum. ``arrays``: the problem as the max-load kernels' arrays (``time`` with ``inf``
     where a group may not run, ``gbytes``, ``cap``, ``paid``, tensors and ``g_ptr``/``g_tens``, see
     :mod:`hdp.placement._kernels`); ``classes``: every device in a class of interchangeable ones
     (:func:`hdp.placement.maxload.device_classes`). ``bound``: a max-load some contiguous split
-    reaches (it prunes the walk; the result is found even when it equals it). ``exact`` False
+    reaches (it prunes the walk; the result is found even when it equals it), or a function that
+    computes one, called only when the DAG has :data:`SMALL` ideals or more. ``exact`` False
     when the DAG has more than ``max_ideals`` ideals (no split then) or the walk stopped after
     ``max_visits`` ideal pairs (the best split found so far, if any).
     :func:`hdp.placement.maxload.contiguous_split` gives it those arguments."""
@@ -193,6 +198,8 @@ def contiguous_optimum(problem, ml, arrays, classes, bound: float = np.inf, max_
     if count < 0:
         info["seconds"] = _time.perf_counter() - t0
         return Contiguous(None, np.inf, False, info)
+    if callable(bound):
+        bound = bound() if count >= SMALL else np.inf
     a = arrays
     rep = [c[0] for c in classes]
     order = np.argsort(dag.node_of, kind="stable")

@@ -444,13 +444,13 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
 
 def contiguous_split(problem, ml: MaxLoad, bound: float | None = None, dag=None, **limits):
     """The best contiguous split (:func:`hdp.placement.ideals.contiguous_optimum`, its ``value``
-    priced here): ``bound`` defaults to :func:`contiguous_bound`; ``limits``: ``max_ideals``,
-    ``max_visits``."""
+    priced here): ``bound`` defaults to :func:`contiguous_bound` (where the DAG has many ideals);
+    ``limits``: ``max_ideals``, ``max_visits``."""
     from hdp.placement.ideals import contiguous_optimum, pipeline_dag
 
     dag = dag or pipeline_dag(problem, ml)
     if bound is None:
-        bound = contiguous_bound(problem, ml, dag)
+        bound = lambda: contiguous_bound(problem, ml, dag)  # noqa: E731
     r = contiguous_optimum(problem, ml, _Arrays(problem, ml), device_classes(problem, ml), bound=bound, dag=dag,
                            **limits)
     if r.group_device is not None:
