@@ -35,12 +35,13 @@ def main() -> None:
     from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Heft, Optimal
+    from hdp.runtime.capacity import device_memory
     from hdp.runtime.target import load_target
 
     tgt = load_target(a.target)
     m = lower(a.model)
     m = PassManager([make_pass("support", {"target": tgt}), make_pass("profile", {"target": tgt})]).run(m)
-    base = build_problem(m, tgt.device_names)
+    base = build_problem(m, tgt.device_names, device_memory=device_memory(tgt))
     w = base.needs.total_weights
     caps = np.array([np.inf if not d.name.startswith("GPU") else a.share * w for d in tgt.devices])
     print(f"{a.model}: {m.graph.n_ops} ops, {base.n_groups} tie groups, {base.structure.n_tensors} tensors; "
@@ -61,7 +62,11 @@ def main() -> None:
         print(f"  {label:<28} {statistics.median(secs):7.2f} s (min {min(secs):.2f}, max {max(secs):.2f}); "
               f"cost {sim.cost(gd) * 1e3:.3f} ms; fits {sim.feasible(gd)}; "
               + ", ".join(f"{d} {size_text(x)}" for d, x in zip(tgt.device_names, mem))
-              + (f"; {info.get('solver')} {info.get('status', '')[:40]} gap {info.get('gap')}" if "solver" in info else ""))
+              + (f"; {info.get('solver')} {info.get('status', '')[:40]} gap {float(info.get('gap')):.4f}"
+                 if "solver" in info else "")
+              + (f"; untangled {info['untangled_groups']} groups" if "untangled_groups" in info else ""))
+        if "stages" in info:
+            print(f"  {'':<28} stages: {info['stages']}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """How far hdp's device-memory estimate (hdp/placement/memory.py) is from what a compile takes here.
 
 For each model: the estimate of every op on one CPU device (stored weights + state + peak
-activation), against the resident-memory growth of a fresh process that reads the model, compiles it
+activation, then with the CPU plugin's memory model: its overhead and a copy of the weights at f32),
+against the resident-memory growth of a fresh process that reads the model, compiles it
 on the CPU plugin in f32 (at the static specialisation hdp lowers) and runs one inference (VmRSS after minus VmRSS before the compile). With
 ``--placed X.xml`` (a placement from ``hdp compile``), the sum of the estimate over its devices
 against the growth of its HETERO compile (its devices registered as its target says).
@@ -9,7 +10,8 @@ against the growth of its HETERO compile (its devices registered as its target s
     python bench/memory_check.py [--models resnet50,inception_v3,...] [--placed P.xml ...]
 
 Models are zoo models already in the hdp cache (nothing is generated or downloaded), and
-``NAME:fp16`` is the cached f32 model saved with fp16 weights (``compress_to_fp16``). Run under
+``NAME:...,fp16`` is, when the zoo cache has no such entry, the cached model without ``fp16`` saved
+with fp16 weights (``compress_to_fp16``). Run under
 ``flock /work/measure.lock`` on a shared machine: RSS growth does not depend on load, but the
 processes do need the memory.
 """
@@ -66,38 +68,53 @@ def measured(xml: Path, placed: bool) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def estimate(xml: Path, devices=None, device_of_ops=None) -> dict:
+def estimate(xml: Path, devices=None, device_of_ops=None, target=None) -> dict:
+    """hdp's estimate for ``xml`` (every op on one CPU, or as a placed model's ops are): stored bytes
+    alone (``stored_only``, the estimate before device memory models) and with each device's memory
+    model (``estimate``: :func:`hdp.runtime.capacity.device_memory` of ``target``, default: a real CPU
+    in f32)."""
     from hdp.ir.openvino_frontend import lower
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
+    from hdp.runtime.capacity import device_memory
+    from hdp.runtime.target import devices_target
 
     module = lower(xml)
     devs = tuple(devices or ("CPU",))
+    dm = device_memory(target or devices_target(list(devs)))
     p = build_problem(module, devs)
     gd = p.single(0) if device_of_ops is None else p.structure.group_devices(device_of_ops)
-    mem = Simulator(p).memory(gd)
+    old = Simulator(p).memory(gd)
+    mem = Simulator(p.with_device_memory(dm)).memory(gd)
     n = p.needs
-    return {"estimate": float(mem.sum()), "per_device": {d: float(v) for d, v in zip(devs, mem)},
-            "weights": n.total_weights, "state": float(n.state.sum()), "activation": float(n.activation.max(initial=0))}
+    return {"estimate": float(mem.sum()), "stored_only": float(old.sum()),
+            "per_device": {d: float(v) for d, v in zip(devs, mem)}, "weights": n.total_weights,
+            "state": float(n.state.sum()), "activation": float(n.activation.max(initial=0))}
 
 
 def zoo_xml(spec: str, tmp: Path) -> Path | None:
+    """The cached zoo export of ``spec`` (``name[:options]``, options as the zoo takes them); with
+    ``fp16`` among the options and no such entry, the cached entry without it saved with fp16 weights
+    (``compress_to_fp16``, what OpenVINO's save does by default)."""
     from hdp.zoo import _default_root
 
-    name, _, fmt = spec.partition(":")
-    if fmt and fmt != "fp16":  # a variant's cache entry: name_variant-<key>
-        name, fmt = f"{name}_{fmt}", ""
-    found = sorted(p for p in _default_root().glob(f"{name}-*/model.xml") if p.with_suffix(".bin").is_file())
-    if not found:
-        return None
-    xml = found[0]
-    if fmt == "fp16":
-        import openvino as ov
+    def cached(stem):
+        found = sorted(p for p in _default_root().glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
+        return found[0] if found else None
 
-        out = tmp / f"{Path(name).name}-fp16.xml"
-        ov.save_model(ov.Core().read_model(xml), str(out), compress_to_fp16=True)
-        return out
-    return xml
+    name, _, opts = spec.partition(":")
+    opts = [o for o in opts.split(",") if o]
+    xml = cached("_".join([name] + opts))
+    if xml is not None or "fp16" not in opts:
+        return xml
+    base = cached("_".join([name] + [o for o in opts if o != "fp16"]))
+    if base is None:
+        return None
+    import openvino as ov
+
+    out = tmp / f"{name}-{'-'.join(opts)}.xml"
+    ov.save_model(ov.Core().read_model(base), str(out), compress_to_fp16=True)
+    return out
 
 
 def main() -> None:
@@ -107,7 +124,13 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as td:
-        for spec in [m for m in a.models.split(",") if m]:
+        specs = []
+        for part in [m for m in a.models.split(",") if m]:  # "name:shape,int4" keeps its weight format with it
+            if part in ("int4", "int8", "fp16", "f32", "int4-sym", "int8-sym") and specs:
+                specs[-1] += "," + part
+            else:
+                specs.append(part)
+        for spec in specs:
             xml = zoo_xml(spec, Path(td))
             if xml is None:
                 print(f"{spec}: not in the zoo cache, skipped", file=sys.stderr)
@@ -119,16 +142,19 @@ def main() -> None:
             pm = read_placed(placed)
             ops = pm.model.get_ordered_ops()
             dev = np.array([pm.devices.index(op.get_rt_info()["affinity"].astype(str)) for op in ops])
-            rows.append((Path(placed).name, "HETERO:" + ",".join(pm.used), estimate(Path(placed), pm.devices, dev),
-                         measured(Path(placed), True)))
+            rows.append((Path(placed).name, "HETERO:" + ",".join(pm.used),
+                         estimate(Path(placed), pm.devices, dev, pm.target), measured(Path(placed), True)))
     mib = 2.0 ** 20
-    print(f"{'model':<22} {'devices':<16} {'weights':>9} {'activ.':>8} {'estimate':>9} {'RSS growth':>11} "
-          f"{'(compile)':>10} {'error':>7}")
+    print(f"{'model':<30} {'devices':<14} {'weights':>9} {'activ.':>8} {'stored only':>12} {'error':>7} "
+          f"{'estimate':>9} {'RSS growth':>11} {'(compile)':>10} {'error':>7}")
     for name, devs, e, m in rows:
+        err0 = (e["stored_only"] - m["total"]) / m["total"]
         err = (e["estimate"] - m["total"]) / m["total"]
-        print(f"{name:<22} {devs:<16} {e['weights'] / mib:>8.1f}M {e['activation'] / mib:>7.1f}M "
-              f"{e['estimate'] / mib:>8.1f}M {m['total'] / mib:>10.1f}M {m['compile'] / mib:>9.1f}M {err * 100:>+6.1f}%")
-    print("(MiB; error = (estimate - measured) / measured; measured = VmRSS growth over compile + one inference)")
+        print(f"{name:<30} {devs:<14} {e['weights'] / mib:>8.1f}M {e['activation'] / mib:>7.1f}M "
+              f"{e['stored_only'] / mib:>11.1f}M {err0 * 100:>+6.1f}% {e['estimate'] / mib:>8.1f}M "
+              f"{m['total'] / mib:>10.1f}M {m['compile'] / mib:>9.1f}M {err * 100:>+6.1f}%")
+    print("(MiB; error = (estimate - measured) / measured; measured = VmRSS growth over compile + one inference;\n"
+          " stored only: the estimate before device memory models; estimate: with them, hdp.placement.memory)")
 
 
 if __name__ == "__main__":

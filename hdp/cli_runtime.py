@@ -200,11 +200,14 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
             res = {"plain": m.measure_unplaced(plain)}
     comparison = res.pop("comparison", None)
     cached = any(m.cached for m in res.values())
+    memory = placed_memory(placed) if checked is not None else None
     if as_json:
         out = {k: v.to_dict() for k, v in res.items()}
         out["cached"] = cached
         if checked is not None:
             out["check"] = msgspec.to_builtins(checked)
+        if memory is not None:
+            out["memory"] = memory[1]
         if comparison is not None:
             out["comparison"] = comparison.to_dict()
             out["speedup_vs_plain"] = 1.0 / comparison.ratio  # plain time / placed time (estimate)
@@ -212,6 +215,8 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
     else:
         if checked is not None:
             click.echo(checked.describe())
+        if memory is not None:
+            click.echo(memory[0])
         for k, m in res.items():
             click.echo(f"{m.what} on {m.target}: {m.summary()}"
                        + (f"; compile {m.compile_seconds:.2f} s" if m.ok and not m.cached else ""))
@@ -290,6 +295,16 @@ def plain_streams_config(device, requests: int) -> dict[str, str]:
             "ENABLE_CPU_RESERVATION": "NO", "ENABLE_CPU_PINNING": "NO"}
 
 
+def placed_memory(path) -> tuple[str, list[dict]] | None:
+    """:func:`hdp.show.placed_memory` with JSON's null for an unlimited capacity."""
+    from hdp.show import placed_memory as read
+
+    got = read(path)
+    if got is None:
+        return None
+    return got[0], [{**r, "capacity": r["capacity"] if math.isfinite(r["capacity"]) else None} for r in got[1]]
+
+
 def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, plain, as_json) -> None:
     """``hdp evaluate --objective throughput``: the placed model (and ``plain``) with ``requests``
     in flight; beside it the throughput simulated when it was placed, if for the same ``requests``."""
@@ -311,11 +326,16 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
         simulated = 1.0 / float(sim["period"])
     elif sim["simulated"] and requests == 1:
         simulated = 1.0 / float(sim["simulated"])
+    memory = placed_memory(placed)
     if as_json:
         out = {k: {**msgspec.to_builtins(v), "estimate": v.estimate()} for k, v in res.items()}
         out["simulated_per_second"] = simulated
+        if memory is not None:
+            out["memory"] = memory[1]
         click.echo(json.dumps(out, indent=2))
     else:
+        if memory is not None:
+            click.echo(memory[0])
         for k, v in res.items():
             click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else ""))
         if simulated is not None and res["placed"].ok:

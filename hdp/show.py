@@ -60,13 +60,13 @@ def describe(m: Module) -> str:
     return "\n".join(lines)
 
 
-def memory_lines(module: Module, pm) -> str:
-    """Each device's stored weights as written, its estimated memory (:mod:`hdp.placement.memory`)
-    and its capacity (:mod:`hdp.runtime.capacity`), for a placed model."""
-    from hdp.placement.memory import size_text
+def memory_report(module: Module, pm) -> list[dict]:
+    """Per device of a placed model: its stored weights as written (``stored``), its estimated
+    memory (``estimate``, :mod:`hdp.placement.memory`) and its capacity (``capacity``, bytes or
+    ``inf``: the ``--memory`` caps it was placed under over its target's, :mod:`hdp.runtime.capacity`)."""
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
-    from hdp.runtime.capacity import capacities
+    from hdp.runtime.capacity import device_memory
     from hdp.runtime.placed import weight_bytes_by_device
 
     devs = tuple(pm.devices)
@@ -74,13 +74,36 @@ def memory_lines(module: Module, pm) -> str:
     names = {v: k for k, v in module.graph.renamed.items()}
     per_op = np.array([devs.index(aff[names.get(op.name, op.name)]) if aff.get(names.get(op.name, op.name)) in devs
                        else 0 for op in module.graph.ops], np.int64)
-    problem = build_problem(module, devs).with_capacity(capacities(pm.target))
-    sim = Simulator(problem)
-    est = sim.memory(problem.structure.group_devices(per_op))
+    problem = build_problem(module, devs, capacity=pm.capacities(), device_memory=device_memory(pm.target))
+    est = Simulator(problem).memory(problem.structure.group_devices(per_op))
     held = weight_bytes_by_device(pm)
+    return [{"device": d, "stored": int(held.get(d, 0)), "estimate": float(e), "capacity": float(c)}
+            for d, e, c in zip(devs, est, problem.caps)]
+
+
+def memory_lines(module: Module, pm) -> str:
+    """:func:`memory_report` as one line."""
+    from hdp.placement.memory import size_text
+
     return "memory (stored weights as written; estimated need; capacity): " + ", ".join(
-        f"{d}: {size_text(held.get(d, 0))}; {size_text(e)}; " + (size_text(c) if np.isfinite(c) else "unlimited")
-        for d, e, c in zip(devs, est, problem.caps))
+        f"{r['device']}: {size_text(r['stored'])}; {size_text(r['estimate'])}; "
+        + (size_text(r["capacity"]) if np.isfinite(r["capacity"]) else "unlimited")
+        + (" OVER" if r["estimate"] > r["capacity"] else "")
+        for r in memory_report(module, pm))
+
+
+def placed_memory(path) -> tuple[str, list[dict]] | None:
+    """(:func:`memory_lines`, :func:`memory_report`) of a placed model file placed under device memory
+    caps (``--memory`` overrides it records, or memory its target declares); None for one without."""
+    from hdp.ir.openvino_frontend import lower_file_model, read_model
+    from hdp.runtime.placed import placed_from_model
+
+    model = read_model(path)
+    pm = placed_from_model(model, path)
+    if not pm.memory and all(pm.target.device(d).memory is None for d in pm.devices if d in pm.target.device_names):
+        return None
+    module = lower_file_model(model, path)
+    return memory_lines(module, pm), memory_report(module, pm)
 
 
 def _compress_legend(legend) -> list[str]:

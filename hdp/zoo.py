@@ -138,6 +138,9 @@ MODELS: dict[str, ZooModel] = {
                  _TRANSFORMERS, _hf("gpt2", "tiny"), shapes=_ALL_SHAPES, group_size=16, size="tiny"),
         ZooModel("llama", "transformers LlamaForCausalLM shaped like SmolLM-135M, sequence 128",
                  _TRANSFORMERS, _hf("llama", "smollm-135m"), shapes=_ALL_SHAPES, group_size=64),
+        ZooModel("llama-32l", "transformers LlamaForCausalLM shaped like Llama-2-7B at 1/8 width: 32 layers, "
+                 "hidden 512, 8 heads, vocab 32000, sequence 128", _TRANSFORMERS, _hf("llama", "llama2-32l"),
+                 shapes=_ALL_SHAPES, group_size=64),
         ZooModel("llama-tiny", "transformers LlamaForCausalLM, 2 layers, hidden 64, GQA 4/2 heads, "
                  "vocab 512, sequence 16", _TRANSFORMERS, _hf("llama", "tiny"), shapes=_ALL_SHAPES,
                  group_size=16, size="tiny"),

@@ -49,6 +49,12 @@ PRESETS: dict[tuple[str, str], tuple[str, dict[str, Any], int]] = {
                                                    num_hidden_layers=30, num_attention_heads=9,
                                                    num_key_value_heads=3, max_position_embeddings=2048,
                                                    rms_norm_eps=1e-5, tie_word_embeddings=True), 128),
+    # Llama-2-7B's depth and layout (32 layers, full multi-head attention, untied embeddings, vocab
+    # 32000) at 1/8 of its width: the op graph of a 7B export at a size this machine builds in minutes
+    ("llama", "llama2-32l"): ("LlamaConfig", dict(vocab_size=32000, hidden_size=512, intermediate_size=1376,
+                                                  num_hidden_layers=32, num_attention_heads=8,
+                                                  num_key_value_heads=8, max_position_embeddings=4096,
+                                                  rms_norm_eps=1e-5, tie_word_embeddings=False), 128),
     ("qwen2", "tiny"): ("Qwen2Config", dict(_TEXT_TINY, **_LM_TINY, hidden_size=64, intermediate_size=128,
                                             num_hidden_layers=2, num_attention_heads=4,
                                             num_key_value_heads=2), 16),

@@ -221,9 +221,12 @@ def test_compile_under_a_memory_cap_writes_a_model_whose_devices_hold_their_weig
     from hdp.runtime.placed import read_placed, weight_bytes_by_device
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
+    from hdp.runtime.capacity import MEMORY_MODELS
+
     layer = 32 * 32 * 4
-    # the GPU holds two layers' weights (and their activations), the CPU four: the model must split
-    cap = {"GPU": int(2.5 * layer), "CPU": int(4.5 * layer)}
+    # the GPU holds two layers' weights (and their activations), the CPU four (the CPU plugin: its
+    # overhead, and each weight as stored and again at f32): the model must split
+    cap = {"GPU": int(2.5 * layer), "CPU": int(MEMORY_MODELS["CPU"][0] + 9 * layer)}
     out = tmp_path / "p.xml"
     r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170", "--method", method,
                                   "--memory", f"GPU={cap['GPU']}", "--memory", f"CPU={cap['CPU']}",
@@ -303,3 +306,157 @@ def test_pipeline_parallel_fills_devices_in_priority_order_by_1_2_times_their_co
     assert [int(per_op[2 + 2 * i]) for i in range(6)] == [0, 0, 1, 1, 1, 1]  # 2 x 1.2 kB fit D0's 2.5 kB, 3 do not
     gd = place(PipelineParallel(priority=("D1", "D0")), PlaceContext(module=m, problem=p)).group_device
     assert set(gd.tolist()) == {1}  # D1 is unlimited: everything stays there
+
+
+# --------------------------------------------------------------- device memory models (issue 18)
+
+def test_a_device_memory_model_adds_its_overhead_and_a_copy_at_its_precision_where_it_runs():
+    from hdp.placement.memory import DeviceMemory
+
+    # D0 like the CPU plugin: 1000 bytes of its own and each f32 weight again at f32; D1 computes in
+    # f16 with one copy: each weight again at half its stored size; a device that runs nothing needs nothing
+    dm = DeviceMemory(overhead=np.array([1000.0, 0.0]), copies=np.array([1.0, 1.0]),
+                      precision_bytes=np.array([4.0, 2.0]))
+    p = problem(two_op_module()).with_device_memory(dm)
+    sim = Simulator(p)
+    assert sim.memory([0, 0]).tolist() == [1000 + 2 * (100 + 200) + 50, 0]
+    assert sim.memory([0, 1]).tolist() == [1000 + 2 * (100 + 200) + 30, 1.5 * 200 + 50]
+    assert sim.memory([1, 1]).tolist() == [0, 1.5 * 300 + 50]
+
+
+def test_integer_weights_are_copied_at_their_stored_size():
+    from hdp.ir.build import graph_from_edges
+    from hdp.ir.types import Op
+    from hdp.placement.memory import memory_needs
+    from hdp.placement.structure import build_structure
+
+    # P -> mm <- Convert <- u8 Constant (a compressed weight), and an f16 constant read by mm too
+    ops = [Op("p", "Parameter", ((1,),), ("f32",)), Op("w", "Constant", ((8,),), ("u8",), weight_bytes=8),
+           Op("cv", "Convert", ((8,),), ("f32",)), Op("h", "Constant", ((4,),), ("f16",), weight_bytes=8),
+           Op("mm", "MatMul", ((1,),), ("f32",)), Op("r", "Result", ((1,),), ("f32",))]
+    g = graph_from_edges(ops, np.array([0, 1, 2, 3, 4]), np.array([4, 2, 4, 4, 5]), np.ones(5, np.int64))
+    needs = memory_needs(g, build_structure(g))
+    assert needs.total_weights == 16
+    assert needs.w_float.sum() == 4 and needs.w_other.sum() == 8  # 4 f16 elements; 8 bytes of u8
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_optimal_in_stages_equals_brute_force_under_device_memory_models(seed, monkeypatch):
+    """The coarse stages (clusters, then the groups near their cuts) forced on small problems, with
+    an overhead and a weight copy per device: the answer is still the optimum."""
+    import hdp.placers.constrained as C
+    from hdp.placement.memory import DeviceMemory
+
+    monkeypatch.setattr(C, "COARSE_ABOVE", 0)
+    monkeypatch.setattr(C, "clusters", lambda p, target: np.arange(p.n_groups) // 2)  # pairs: a real coarse stage
+    rng = np.random.default_rng(40 + seed)
+    m = random_module(rng, 9, 3, n_ties=1, ovh=0.0, const_frac=0.25, weights=True)
+    dm = DeviceMemory(overhead=rng.uniform(0, 500, 3), copies=rng.integers(0, 2, 3).astype(float),
+                      precision_bytes=np.array([4.0, 2.0, 2.0]))
+    p0 = problem(m).with_device_memory(dm)
+    total = Simulator(p0).memory(p0.single(0)).sum()
+    caps = rng.uniform(0.4, 0.9, 3) * total
+    for obj in (Latency(), Throughput(requests=2)):
+        p = p0.with_objective(obj).with_capacity(caps)
+        sim = Simulator(p)
+        want = brute(p, sim)
+        if want is None:
+            with pytest.raises(InputError, match="memory|fit"):
+                place(Optimal(boundary_penalty=0.0, margin=0.0), ctx_of(p, m))
+            continue
+        got = place(Optimal(boundary_penalty=0.0, margin=0.0, mip_gap=1e-9), ctx_of(p, m)).group_device
+        assert sim.feasible(got)
+        assert sim.cost(got) == pytest.approx(want, rel=1e-7), obj
+        try:
+            gd = place(Heft(), ctx_of(p, m)).group_device
+        except InputError as e:
+            assert "heft" in str(e) and "\n" not in str(e)
+        else:
+            assert sim.feasible(gd)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_program_over_clusters_is_the_optimum_of_placements_that_keep_each_cluster_together(seed):
+    import hdp.placers.constrained as C
+
+    rng = np.random.default_rng(60 + seed)
+    m = random_module(rng, 10, 3, ovh=0.0, const_frac=0.25, weights=True)
+    p0 = problem(m)
+    total = Simulator(p0).memory(p0.single(0)).sum()
+    cluster = rng.integers(0, max(2, p0.n_groups // 2), p0.n_groups)
+    cluster = np.unique(cluster, return_inverse=True)[1].reshape(-1)
+    for obj in (Latency(), Throughput(requests=3)):
+        p = p0.with_objective(obj).with_capacity(rng.uniform(0.5, 1.0, 3) * total)
+        sim = Simulator(p)
+        best = None
+        for cd in itertools.product(range(3), repeat=int(cluster.max()) + 1):
+            gd = np.array(cd)[cluster]
+            if p.allowed[np.arange(p.n_groups), gd].all() and sim.feasible(gd):
+                best = sim.cost(gd) if best is None else min(best, sim.cost(gd))
+        gd, res = C._program(p, 0.0).run(30, 1e-9, cluster=cluster)
+        if best is None:
+            assert gd is None
+            continue
+        assert len({(c, d) for c, d in zip(cluster, gd)}) == int(cluster.max()) + 1  # one device per cluster
+        assert sim.feasible(gd) and sim.cost(gd) == pytest.approx(best, rel=1e-7)
+
+
+def test_a_device_whose_overhead_exceeds_its_memory_runs_nothing():
+    from hdp.placement.memory import DeviceMemory
+
+    m = two_op_module()
+    p = problem(m).with_device_memory(DeviceMemory(np.array([10_000.0, 0.0]), np.zeros(2), np.full(2, 4.0)))
+    p = p.with_capacity([5_000, 1_000])
+    for method in (Optimal(margin=0.0), Heft()):
+        gd = place(method, PlaceContext(module=m, problem=p)).group_device
+        assert set(gd.tolist()) == {1}
+    with pytest.raises(InputError, match="no device can hold"):
+        place(Optimal(), PlaceContext(module=m, problem=p.with_capacity([5_000, 100])))
+
+
+def test_targets_give_each_device_its_kinds_memory_model_or_their_own():
+    from hdp.runtime.capacity import MEMORY_MODELS, device_memory
+    from hdp.runtime.target import load_target, parse_target
+
+    dm = device_memory(load_target("virtual"))  # two real CPU plugin instances, f32 and bf16
+    assert dm.overhead.tolist() == [MEMORY_MODELS["CPU"][0]] * 2 and dm.copies.tolist() == [1.0, 1.0]
+    assert dm.precision_bytes.tolist() == [4.0, 2.0]
+    dm = device_memory(load_target("i9-flex170"))  # a modeled CPU (f32) and a GPU (f16, none measured)
+    assert dm.copies.tolist() == [1.0, 0.0] and dm.overhead[1] == 0 and dm.precision_bytes.tolist() == [4.0, 2.0]
+    toml = ('name = "t"\n[[devices]]\nname = "GPU"\nkind = "real"\nmemory_overhead = {}\nweight_copies = {}\n'
+            'config = {{ INFERENCE_PRECISION_HINT = "f16" }}\n')
+    dm = device_memory(parse_target(toml.format('"300MiB"', 1)))
+    assert dm.overhead.tolist() == [300 * 2**20] and dm.copies.tolist() == [1.0] and dm.precision_bytes.tolist() == [2.0]
+    for bad, field in (('"lots"', "memory_overhead"), ("-1", "memory_overhead")):
+        with pytest.raises(InputError, match=rf"devices\[0\]\.{field}"):
+            parse_target(toml.format(bad, 1))
+    with pytest.raises(InputError, match=r"devices\[0\]\.weight_copies"):
+        parse_target(toml.format(0, -1))
+
+
+def test_memory_overrides_are_recorded_in_the_placed_model_and_read_back(tmp_path):
+    from click.testing import CliRunner
+
+    from conftest import _save
+    from hdp.cli import main
+    from hdp.runtime.placed import read_placed
+    from hdp.show import placed_memory, show
+
+    xml = _save(build_tower(), tmp_path / "tower.xml")
+    out = tmp_path / "p.xml"
+    cap = int(2.5 * 32 * 32 * 4)
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170", "--method", "heft",
+                                  "--memory", f"GPU={cap}", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    pm = read_placed(out)
+    assert pm.memory == (("GPU", cap),)
+    assert pm.capacities().tolist() == [32 * 2**30, cap]  # the CPU's from the target, the GPU's as given
+    assert "GPU: " in show(str(out)) and "of 10.0 KiB" not in show(str(out)) and "10.0 KiB" in show(str(out))
+    line, rows = placed_memory(out)
+    assert rows[1]["device"] == "GPU" and rows[1]["capacity"] == cap and rows[1]["estimate"] <= cap
+    # without --memory nothing is recorded and the target's caps are read back
+    out2 = tmp_path / "q.xml"
+    r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out2), "--target", "i9-flex170", "--method", "heft",
+                                  "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert read_placed(out2).memory == () and read_placed(out2).capacities().tolist() == [32 * 2**30, 16 * 2**30]

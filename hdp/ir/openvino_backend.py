@@ -6,8 +6,9 @@ the specialisation's, since no device compiles those; see
 :func:`hdp.ir.specialise.refine_for_devices`). Ops are matched to the module's by position
 and structure (:func:`hdp.ir.op_identity.check_structure`), never by name. Each layer (Parameter, Constant and Result included) carries
 ``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
-``<hdp>`` records the device list, the method, the target, the module digest and the digest of the
-``.bin`` written with it (so a loader detects a mismatched pair). Weights are
+``<hdp>`` records the device list, the method, the target, the ``--memory`` caps it was placed
+under, the module digest and the digest of the ``.bin`` written with it (so a loader detects a
+mismatched pair). Weights are
 written uncompressed, so outputs equal the source model's.
 
 This module knows OpenVINO and the IR, not the placement rules: :func:`hdp.runtime.placed.write_placed`
@@ -55,6 +56,8 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
     for key in ("simulated", "period", "requests", "goal"):  # what hdp evaluate sets its measurement beside
         if key in pl.info:
             model.set_rt_info(str(pl.info[key]), ["hdp", f"sim_{key}"])
+    if "memory_caps" in pl.info:  # --memory overrides (DEV=BYTES,...): the caps it was placed under
+        model.set_rt_info(str(pl.info["memory_caps"]), ["hdp", "memory_caps"])
 
 
 def save_placed(model, out_xml: str | os.PathLike, check=None) -> Path:

@@ -35,7 +35,7 @@ class PartitionPass(Pass, tag="partition"):
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 6  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule
+    version = 7  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule; each device's memory model (overhead, weight copies)
 
     def needs(self) -> tuple[str, ...]:
         """``graph`` and ``support``, and the stages the method needs on this target."""
@@ -143,19 +143,22 @@ class PartitionPass(Pass, tag="partition"):
                              f"not for target {devices}")
         from hdp.costgraph.graph import capacities as costgraph_capacities
         from hdp.costgraph.graph import is_costgraph, throughput_objective
-        from hdp.runtime.capacity import capacities
+        from hdp.runtime.capacity import capacities, device_memory
 
         cap, objective = capacities(self.target, self.memory), self.objective
+        dm = None if is_costgraph(module) else device_memory(self.target)
         if is_costgraph(module):  # an abstract problem states its own caps and communication rule
             cap = np.minimum(cap, costgraph_capacities(module, devices))
             if isinstance(objective, Throughput):
                 objective = throughput_objective(module, devices)
         problem = problem_of(module, devices, self.extra_ties, objective=objective, capacity=cap,
-                             context=self.context)
+                             context=self.context, device_memory=dm)
         placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed,
                                                   timeout=self.timeout))
         label = self.placer.label()
         goal = {"goal": self.objective.kind()}
+        if self.memory:  # --memory overrides: written into the placed model, read back by show and evaluate
+            goal["memory_caps"] = ",".join(f"{d}={b}" for d, b in self.memory)
         if isinstance(self.objective, Throughput):
             goal["requests"] = str(self.objective.requests)
         if isinstance(self.objective, Concurrent):

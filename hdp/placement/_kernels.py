@@ -554,14 +554,15 @@ def device_loads(eff, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, r_grp, r_time,
 
 
 @njit(cache=True)
-def device_memory(eff, fixed, activation, u_ptr, u_grp, u_bytes, mem, peak, stamp):
-    """Bytes each device needs into ``mem`` (see :mod:`hdp.placement.memory`): ``fixed`` (private
-    weights + state) summed, shared constant units once per device, the largest ``activation``."""
+def device_memory(eff, fixed, activation, u_ptr, u_grp, u_bytes, overhead, mem, peak, stamp):
+    """Bytes each device needs into ``mem`` (see :mod:`hdp.placement.memory`): ``fixed[g, d]``
+    (private weights + state) summed, shared constant units ``u_bytes[u, d]`` once per device, the
+    largest ``activation``, and ``overhead[d]`` on every device that runs a group."""
     mem[:] = 0.0
-    peak[:] = 0.0
+    peak[:] = -1.0
     for g in range(eff.shape[0]):
         d = eff[g]
-        mem[d] += fixed[g]
+        mem[d] += fixed[g, d]
         if activation[g] > peak[d]:
             peak[d] = activation[g]
     stamp[:] = -1
@@ -570,9 +571,10 @@ def device_memory(eff, fixed, activation, u_ptr, u_grp, u_bytes, mem, peak, stam
             d = eff[u_grp[i]]
             if stamp[d] != u:
                 stamp[d] = u
-                mem[d] += u_bytes[u]
+                mem[d] += u_bytes[u, d]
     for d in range(mem.shape[0]):
-        mem[d] += peak[d]
+        if peak[d] >= 0.0:  # the device runs a group
+            mem[d] += peak[d] + overhead[d]
 
 
 @njit(cache=True)
@@ -597,17 +599,18 @@ def throughput_batch(devs, res_src, time, t_ptr, t_prod, t_cons, t_cost, r_ptr, 
 
 
 @njit(cache=True)
-def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, gu_ptr, gu_units, u_bytes, cap,
-                      base, peak, unit_on):
+def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, gu_ptr, gu_units, u_bytes, overhead,
+                      cap, base, peak, unit_on):
     """:func:`heft_schedule` that only considers devices with room for the group (Baechi's m-ETF):
-    a device's memory is ``base`` (fixed bytes + shared constant units, once each) + ``peak`` (the
-    largest activation). Returns the makespan, or ``-1 - v`` when group ``v`` fits no device
-    (``dev`` then holds the groups placed so far); ``base``/``peak``/``unit_on`` are scratch."""
+    a device's memory is ``base`` (its overhead once it runs a group, ``fixed[g, d]`` + shared
+    constant units ``u_bytes[u, d]``, once each) + ``peak`` (the largest activation). Returns the
+    makespan, or ``-1 - v`` when group ``v`` fits no device (``dev`` then holds the groups placed so
+    far); ``base``/``peak``/``unit_on`` are scratch."""
     n, nd = time.shape
     finish = np.zeros(n)
     avail = np.zeros(nd)
     base[:] = 0.0
-    peak[:] = 0.0
+    peak[:] = -1.0
     unit_on[:, :] = False
     end = 0.0
     for j in range(n):
@@ -618,10 +621,12 @@ def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, 
             t = time[v, d]
             if not np.isfinite(t):
                 continue
-            extra = fixed[v]
+            extra = fixed[v, d]
             for k in range(gu_ptr[v], gu_ptr[v + 1]):
                 if not unit_on[gu_units[k], d]:
-                    extra += u_bytes[gu_units[k]]
+                    extra += u_bytes[gu_units[k], d]
+            if peak[d] < 0.0:
+                extra += overhead[d]
             pk = act[v] if act[v] > peak[d] else peak[d]
             if base[d] + extra + pk > cap[d]:
                 continue
@@ -642,12 +647,15 @@ def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, 
             return -1.0 - v
         dev[v] = best_d
         finish[v] = best_f
-        base[best_d] += fixed[v]
+        if peak[best_d] < 0.0:
+            base[best_d] += overhead[best_d]
+            peak[best_d] = 0.0
+        base[best_d] += fixed[v, best_d]
         for k in range(gu_ptr[v], gu_ptr[v + 1]):
             u = gu_units[k]
             if not unit_on[u, best_d]:
                 unit_on[u, best_d] = True
-                base[best_d] += u_bytes[u]
+                base[best_d] += u_bytes[u, best_d]
         if act[v] > peak[best_d]:
             peak[best_d] = act[v]
         if not zero[v]:

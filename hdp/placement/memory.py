@@ -1,17 +1,27 @@
-"""Device memory a placement needs: bytes per tie group, from the graph alone.
+"""Device memory a placement needs: bytes per tie group, from the graph alone, and per device kind.
 
-The estimate (what :meth:`hdp.placement.simulate.Simulator.memory` sums per device ``d``)::
+The estimate (what :meth:`hdp.placement.simulate.Simulator.memory` sums per device ``d``; a device
+that runs no group needs nothing)::
 
-    memory[d] = Σ_(constant unit u read by some group on d)  weight_bytes[u]     (stored weights)
-              + Σ_(group g on d)                             state_bytes[g]      (state / KV cache)
-              + max_(group g on d)                           activation[g]       (peak activations)
+    memory[d] = overhead[d]                                                        (the plugin itself)
+              + Σ_(constant unit u read by some group on d)  stored[u] + copies[d] · at_precision[u, d]
+              + Σ_(group g on d)                             state_bytes[g]                  (state / KV cache)
+              + max_(group g on d)                           activation[g]                   (peak activations)
 
-- **weights**: the payload of every Constant as stored in the ``.bin`` (u4 half a byte per element,
-  u8/i8 one, f16 two ...). The written model gives every device that runs a consumer its own copy
-  of a constant (a constant is never cut), so a constant read by groups on two devices counts on
-  both — once per device however many of its groups are there. Constants read by one group only
-  are that group's (``weights``); the others form *units* (the constants read by the same set of
-  groups, summed) in CSR ``u_ptr``/``u_groups`` with ``u_bytes``.
+- **weights**: ``stored[u]`` is the payload of every Constant as stored in the ``.bin`` (u4 half a
+  byte per element, u8/i8 one, f16 two ...). ``at_precision[u, d]`` is the same constants as the
+  device computes with them: floating-point constants at the device's compute precision (f32 = 4
+  bytes per element, f16/bf16 = 2), integer ones (compressed u4/u8 weights, which plugins keep
+  compressed, and index tensors) at their stored size. ``copies[d]`` and ``overhead[d]`` are the
+  device's memory model (:class:`DeviceMemory`): for the CPU plugin, measured on this host
+  (``bench/memory_check.py``), ``overhead`` = 43 MiB and ``copies`` = 1 — it keeps the ``.bin``
+  pages it read resident and holds a repacked copy of every weight at its inference precision;
+  for other devices none is measured here and both default to 0 (the stored bytes alone), unless
+  the target declares them (:mod:`hdp.runtime.capacity`). The written model gives every device that
+  runs a consumer its own copy of a constant (a constant is never cut), so a constant read by
+  groups on two devices counts on both — once per device however many of its groups are there.
+  Constants read by one group only are that group's (``weights``); the others form *units* (the
+  constants read by the same set of groups, summed) in CSR ``u_ptr``/``u_groups`` with ``u_bytes``.
 - **state**: each state variable (ReadValue/Assign pair, tied to one group) holds the tensor its
   Assign stores. With ``context`` (tokens of KV cache to hold; ``--context``) a stateful model's
   state is scaled from the tokens it holds in the specialisation (``seq_len`` in prefill,
@@ -23,11 +33,11 @@ The estimate (what :meth:`hdp.placement.simulate.Simulator.memory` sums per devi
   is a lower estimate of the arena; weights dominate the models this matters for.
 
 A cost graph's op (``CostOp``, :mod:`hdp.costgraph`) states all the memory it takes in its bytes
-(``Op.weight_bytes``, counted as its group's weights); it has no activation term.
+(``Op.weight_bytes``, counted as its group's weights); it has no activation term, and its problem
+no device memory model (stored bytes only).
 
-Not counted: the plugin's own code and per-compile overheads, and the conversion of stored
-weights to the device's precision at compile time (a CPU compiling f16 weights for f32 inference
-holds them at twice the stored size); ``bench/memory_check.py`` measures both on this host.
+``bench/memory_check.py`` measures the CPU rule against the resident-memory growth of real
+compiles and prints the error per model.
 """
 
 from __future__ import annotations
@@ -41,16 +51,39 @@ from hdp.ir.types import Graph
 from hdp.placement.structure import PLACED, Structure
 
 
+#: Bytes per element of a floating-point constant (and of a device's compute precision).
+FLOAT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Each device's memory model (see the module docstring), arrays in the problem's device order."""
+
+    overhead: np.ndarray  # bytes a device needs as soon as it runs a group (the plugin's own)
+    copies: np.ndarray  # copies of its weights the device holds at its compute precision, besides the stored
+    precision_bytes: np.ndarray  # bytes per element of a floating-point weight at the compute precision
+
+    @staticmethod
+    def stored_only(n_devices: int) -> "DeviceMemory":
+        """No overhead, no copy: the stored bytes alone (what a cost graph states)."""
+        return DeviceMemory(np.zeros(n_devices), np.zeros(n_devices), np.full(n_devices, 4.0))
+
+
 @dataclass(frozen=True)
 class MemoryNeeds:
     """Bytes per tie group (see the module docstring). Arrays are read-only float64 / int64."""
 
-    weights: np.ndarray  # per group: constants only this group reads
+    weights: np.ndarray  # per group: stored bytes of the constants only this group reads
     state: np.ndarray  # per group: state variables (KV cache) it holds
     activation: np.ndarray  # per group: peak live bytes of its largest op
     u_ptr: np.ndarray  # int64, n_units + 1: CSR of the groups reading each shared constant unit
     u_groups: np.ndarray  # int64
-    u_bytes: np.ndarray  # float64 per unit
+    u_bytes: np.ndarray  # float64 per unit: stored bytes
+    #: per group / unit: elements of its floating-point constants, and stored bytes of the others
+    w_float: np.ndarray | None = None
+    w_other: np.ndarray | None = None
+    u_float: np.ndarray | None = None
+    u_other: np.ndarray | None = None
 
     @property
     def total_weights(self) -> float:
@@ -61,10 +94,26 @@ class MemoryNeeds:
         z = np.zeros(n_groups)
         return _frozen(MemoryNeeds(z, z.copy(), z.copy(), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0)))
 
+    def on_devices(self, dm: DeviceMemory | None, n_devices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(fixed, units, overhead)`` under the devices' memory model ``dm`` (None: stored bytes
+        only): ``fixed[g, d]`` = the group's private weights on device ``d`` + its state,
+        ``units[u, d]`` = shared unit ``u`` on ``d``, ``overhead[d]``; float64, C-contiguous."""
+        fixed = np.repeat((self.weights + self.state)[:, None], n_devices, axis=1)
+        units = np.repeat(self.u_bytes[:, None], n_devices, axis=1)
+        if dm is None or not np.any(dm.copies) or self.w_float is None:
+            over = np.zeros(n_devices) if dm is None else np.asarray(dm.overhead, np.float64)
+            return np.ascontiguousarray(fixed), np.ascontiguousarray(units), over.copy()
+        c, pb = np.asarray(dm.copies, np.float64), np.asarray(dm.precision_bytes, np.float64)
+        fixed += c[None, :] * (self.w_float[:, None] * pb[None, :] + self.w_other[:, None])
+        units += c[None, :] * (self.u_float[:, None] * pb[None, :] + self.u_other[:, None])
+        return np.ascontiguousarray(fixed), np.ascontiguousarray(units), np.asarray(dm.overhead, np.float64).copy()
+
 
 def _frozen(m: MemoryNeeds) -> MemoryNeeds:
-    for a in (m.weights, m.state, m.activation, m.u_ptr, m.u_groups, m.u_bytes):
-        a.setflags(write=False)
+    for a in (m.weights, m.state, m.activation, m.u_ptr, m.u_groups, m.u_bytes, m.w_float, m.w_other,
+              m.u_float, m.u_other):
+        if a is not None:
+            a.setflags(write=False)
     return m
 
 
@@ -102,23 +151,28 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
             else:
                 s.update(feeds.get(int(c), ()))
         feeds[i] = frozenset(s)
-    weights = np.zeros(k)
-    units: dict[frozenset, float] = {}
+    # per group and per unit: (stored bytes, elements of floating-point constants, stored bytes of the others)
+    weights = np.zeros((k, 3))
+    units: dict[frozenset, np.ndarray] = {}
     for i, op in enumerate(graph.ops):
         if not op.weight_bytes:
             continue
         gs = feeds.get(i) if role[i] != PLACED else frozenset((int(group_of[i]),))
         if not gs:
             continue  # feeds nothing placed (folded away, or only a Result)
+        t = op.out_types[0] if op.out_types else ""
+        size = FLOAT_BYTES.get(t)
+        row = (op.weight_bytes, op.weight_bytes / size, 0.0) if size else (op.weight_bytes, 0.0, op.weight_bytes)
         if len(gs) == 1:
-            weights[next(iter(gs))] += op.weight_bytes
+            weights[next(iter(gs))] += row
         else:
-            units[gs] = units.get(gs, 0.0) + op.weight_bytes
+            units.setdefault(gs, np.zeros(3))
+            units[gs] += row
     sets = sorted(units, key=lambda s: sorted(s))
     u_ptr = np.zeros(len(sets) + 1, np.int64)
     u_ptr[1:] = np.cumsum([len(s) for s in sets])
     u_groups = np.fromiter((g for s in sets for g in sorted(s)), np.int64, int(u_ptr[-1]))
-    u_bytes = np.array([units[s] for s in sets], np.float64)
+    u_rows = np.array([units[s] for s in sets], np.float64).reshape(-1, 3)
 
     state = np.zeros(k)
     for i, t in enumerate(types):
@@ -139,7 +193,8 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
     activation = np.zeros(k)
     pl = group_of >= 0
     np.maximum.at(activation, group_of[pl], act_op[pl])
-    return _frozen(MemoryNeeds(weights, state, activation, u_ptr, u_groups, u_bytes))
+    return _frozen(MemoryNeeds(weights[:, 0].copy(), state, activation, u_ptr, u_groups, u_rows[:, 0].copy(),
+                               weights[:, 1].copy(), weights[:, 2].copy(), u_rows[:, 1].copy(), u_rows[:, 2].copy()))
 
 
 def size_text(n: float) -> str:
@@ -149,10 +204,16 @@ def size_text(n: float) -> str:
     return human_size(n)
 
 
-def smallest_need(needs: MemoryNeeds) -> float:
-    """Bytes no placement goes below, summed over devices: every constant once, every state, and
-    the largest group's activations."""
-    return needs.total_weights + float(needs.state.sum()) + float(needs.activation.max(initial=0.0))
+def smallest_need(problem) -> float:
+    """Bytes no placement of ``problem`` goes below, summed over devices: every constant once and
+    every state (each on the device that holds it for least), the largest group's activations, and
+    one device's overhead."""
+    fixed, units, over = problem.memory_terms()
+    needs = problem.needs
+    low = float(fixed.min(axis=1, initial=np.inf).sum()) if fixed.size else 0.0
+    if units.size:
+        low += float(units.min(axis=1).sum())
+    return low + float(needs.activation.max(initial=0.0)) + float(over.min(initial=0.0))
 
 
 def fit_error(problem) -> str | None:
@@ -160,19 +221,21 @@ def fit_error(problem) -> str | None:
     every device's capacity and the model's smallest need), or None when one may."""
     needs, caps = problem.needs, problem.caps
     ok = problem.allowed
+    fixed, units, over = problem.memory_terms()
     # each group alone (with every constant it reads) must fit some allowed device
-    alone = needs.weights + needs.state + needs.activation
+    alone = fixed + needs.activation[:, None] + over[None, :]
     if needs.u_bytes.size:
-        np.add.at(alone, needs.u_groups, np.repeat(needs.u_bytes, np.diff(needs.u_ptr)))
-    fits = ok & (alone[:, None] <= caps[None, :])
+        np.add.at(alone, needs.u_groups, np.repeat(units, np.diff(needs.u_ptr), axis=0))
+    fits = ok & (alone <= caps[None, :])
     bad = np.nonzero(~fits.any(axis=1))[0]
     held = ", ".join(f"{d} {size_text(c)}" if np.isfinite(c) else f"{d} unlimited"
                      for d, c in zip(problem.devices, caps))
     if bad.size:
-        g = int(bad[np.argmax(alone[bad])])
-        return (f"no device can hold tie group {g} ({size_text(alone[g])} with the constants it reads); "
+        least = np.where(ok, alone, np.inf).min(axis=1)
+        g = int(bad[np.argmax(least[bad])])
+        return (f"no device can hold tie group {g} ({size_text(least[g])} with the constants it reads); "
                 f"device memory: {held}")
-    least = smallest_need(needs)
+    least = smallest_need(problem)
     if least > float(caps.sum()):
         return (f"the model does not fit: it needs at least {size_text(least)} (stored weights "
                 f"{size_text(needs.total_weights)}, state {size_text(float(needs.state.sum()))}) and the devices "

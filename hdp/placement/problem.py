@@ -20,8 +20,9 @@ device per op (:meth:`Structure.op_devices`).
   table gives one per edge, ``Costs.edge_time``: the largest over the tensor's edges).
 - ``objective``: what placers optimise and the simulator's :meth:`~hdp.placement.simulate.Simulator.cost`
   prices (:mod:`hdp.placement.objective`).
-- ``memory``: bytes per group (:mod:`hdp.placement.memory`) and ``capacity[d]`` the bytes device
-  ``d`` holds (``inf``: unlimited). A placement is feasible iff every device's memory fits.
+- ``memory``: bytes per group (:mod:`hdp.placement.memory`), ``device_memory`` each device's
+  memory model (its overhead and the copies of its weights it holds) and ``capacity[d]`` the bytes
+  device ``d`` holds (``inf``: unlimited). A placement is feasible iff every device's memory fits.
 
 A Module whose ``meta["placement_rules"]`` is ``"ties"`` (an abstract cost graph,
 :mod:`hdp.costgraph`) gets the structure of its ties alone (see :mod:`hdp.placement.structure`).
@@ -34,7 +35,7 @@ import msgspec
 
 from hdp.errors import InputError
 from hdp.ir.types import Module
-from hdp.placement.memory import MemoryNeeds, memory_needs, state_scale
+from hdp.placement.memory import DeviceMemory, MemoryNeeds, memory_needs, state_scale
 from hdp.placement.objective import Latency, Objective
 from hdp.placement.structure import CONE, Structure, build_structure
 
@@ -61,6 +62,8 @@ class PlacementProblem(msgspec.Struct, frozen=True):
     objective: Objective = Latency()
     memory: MemoryNeeds | None = None  # None: no memory needs known (zero)
     capacity: np.ndarray | None = None  # float64 bytes per device; None: every device unlimited
+    #: each device's memory model (overhead, copies at its precision); None: stored bytes only
+    device_memory: DeviceMemory | None = None
 
     @property
     def needs(self) -> MemoryNeeds:
@@ -71,6 +74,15 @@ class PlacementProblem(msgspec.Struct, frozen=True):
     def caps(self) -> np.ndarray:
         """Bytes per device (``inf``: unlimited)."""
         return self.capacity if self.capacity is not None else np.full(self.n_devices, np.inf)
+
+    def memory_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(fixed[g, d], units[u, d], overhead[d])``: the bytes each group and shared constant
+        unit needs on each device, and each device's own (see :mod:`hdp.placement.memory`)."""
+        return self.needs.on_devices(self.device_memory, self.n_devices)
+
+    def with_device_memory(self, device_memory: DeviceMemory | None) -> "PlacementProblem":
+        """The same problem with another memory model per device (None: stored bytes only)."""
+        return msgspec.structs.replace(self, device_memory=device_memory)
 
     @property
     def memory_binds(self) -> bool:
@@ -146,11 +158,13 @@ def _columns(names: tuple[str, ...], devices: tuple[str, ...], what: str) -> lis
 
 
 def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_ties=(), *,
-                  objective: Objective = Latency(), capacity=None, context: int = 0) -> PlacementProblem:
+                  objective: Objective = Latency(), capacity=None, context: int = 0,
+                  device_memory: DeviceMemory | None = None) -> PlacementProblem:
     """The problem of ``module`` on ``devices`` (default: the devices of its support, else costs);
     ``extra_ties``: more pairs of ops that must share a device; ``objective``; ``capacity``: bytes
     per device (None or ``inf``: unlimited); ``context``: tokens of state (KV cache) to hold
-    (0: as specialised), see :mod:`hdp.placement.memory`."""
+    (0: as specialised), see :mod:`hdp.placement.memory`; ``device_memory``: each device's memory
+    model (None: stored bytes only)."""
     g = module.graph
     if devices is None:
         src = module.support or module.costs
@@ -209,7 +223,7 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     p = PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
                          t_cost=t_cost, r_ptr=r_ptr, r_groups=r_groups, r_time=r_time, link_latency=lat,
                          link_bandwidth=bw, subgraph_overhead=ovh, has_costs=c is not None, objective=objective,
-                         memory=needs)
+                         memory=needs, device_memory=device_memory)
     if capacity is not None:
         if len(capacity) != nd:
             raise ValueError(f"capacity has {len(capacity)} entries for {nd} devices")
@@ -261,7 +275,8 @@ _CACHE: list[tuple[tuple, tuple, PlacementProblem]] = []
 
 
 def problem_of(module: Module, devices: tuple[str, ...] | None = None, extra_ties=(), *,
-               objective: Objective = Latency(), capacity=None, context: int = 0) -> PlacementProblem:
+               objective: Objective = Latency(), capacity=None, context: int = 0,
+               device_memory: DeviceMemory | None = None) -> PlacementProblem:
     """:func:`build_problem`, reused while the same graph, support and costs objects are asked
     about again (a compile builds it once for partition, assign and the report)."""
     ties = tuple((int(a), int(b)) for a, b in extra_ties)
@@ -278,4 +293,6 @@ def problem_of(module: Module, devices: tuple[str, ...] | None = None, extra_tie
         p = p.with_objective(objective)
     if capacity is not None:
         p = p.with_capacity(capacity)
+    if device_memory is not None:
+        p = p.with_device_memory(device_memory)
     return p

@@ -130,11 +130,11 @@ class Simulator:
         self.free = np.array([n in thr.free_comm for n in self.devices], np.bool_)
         self._load = np.empty(nd)
         mem = problem.needs
-        self.m_fixed = np.ascontiguousarray(mem.weights + mem.state, np.float64)
+        #: bytes per (group, device), per (shared constant unit, device) and per device (its overhead)
+        self.m_fixed, self.mu_bytes, self.m_overhead = problem.memory_terms()
         self.m_act = np.ascontiguousarray(mem.activation, np.float64)
         self.mu_ptr = np.ascontiguousarray(mem.u_ptr, np.int64)
         self.mu_grp = np.ascontiguousarray(mem.u_groups, np.int64)
-        self.mu_bytes = np.ascontiguousarray(mem.u_bytes, np.float64)
         self.capacity = np.asarray(problem.caps, np.float64)
         self._peak = np.empty(nd)
 
@@ -264,8 +264,8 @@ class Simulator:
         """Estimated bytes each device needs (:mod:`hdp.placement.memory`)."""
         d = self._check(group_device)
         out = np.empty(self.n_devices)
-        K.device_memory(d, self.m_fixed, self.m_act, self.mu_ptr, self.mu_grp, self.mu_bytes, out, self._peak,
-                        self._stamp)
+        K.device_memory(d, self.m_fixed, self.m_act, self.mu_ptr, self.mu_grp, self.mu_bytes, self.m_overhead, out,
+                        self._peak, self._stamp)
         return out
 
     def feasible(self, group_device: np.ndarray) -> bool:

@@ -169,32 +169,48 @@ def _greedy(problem: PlacementProblem, gd0: np.ndarray, sim, sizes) -> np.ndarra
     return None
 
 
-def _pipeline_cuts(problem: PlacementProblem, gd0: np.ndarray, sim, sizes, tries: int = 16) -> list[np.ndarray]:
+def _pipeline_cuts(problem: PlacementProblem, gd0: np.ndarray, sim, sizes, tries: int = 16,
+                   scan: int = 256) -> list[np.ndarray]:
     """The best legal two-stage pipelines over each ordered pair of devices ``gd0`` uses: groups
     before a point in topological order on the first device, the rest on the second (a group not
     allowed there goes to the other, else keeps its device). Ranked by the simulated cost of the
     problem's objective (without costs: ops moved), those over a device's memory last; the first
-    legal one per pair."""
+    legal one per pair. On more than ``scan`` groups the points are first ranked every
+    ``k / scan`` groups, then every point near the ``tries`` best of those."""
     used = [int(d) for d in np.unique(gd0)]
     k = problem.n_groups
     idx = np.arange(k)
+    fits = None
+    if problem.memory_binds:  # cuts over a device's memory go last
+        from hdp.placement.simulate import Simulator
+
+        fits = Simulator(problem).feasible if sim is None else sim.feasible
+
+    def ranked(a, b, points):
+        rows = np.where(idx[None, :] < points[:, None], a, b)
+        other = np.where(rows == a, b, a)
+        ok = problem.allowed[idx[None, :], rows]
+        rows = np.where(ok, rows, np.where(problem.allowed[idx[None, :], other], other, gd0[None, :]))
+        keys = sim.costs(rows) if sim is not None else ((rows != gd0[None, :]) * sizes[None, :]).sum(axis=1)
+        if fits is not None:
+            keys = np.where([fits(r) for r in rows], keys, np.inf)
+        order = np.argsort(keys, kind="stable")
+        return rows[order], points[order]
+
     out = []
+    step = max(1, -(-k // scan))
     for a in used:
         for b in used:
             if a == b:
                 continue
-            rows = np.where(idx[None, :] < np.arange(1, k)[:, None], a, b)
-            other = np.where(rows == a, b, a)
-            ok = problem.allowed[idx[None, :], rows]
-            rows = np.where(ok, rows, np.where(problem.allowed[idx[None, :], other], other, gd0[None, :]))
-            keys = sim.costs(rows) if sim is not None else ((rows != gd0[None, :]) * sizes[None, :]).sum(axis=1)
-            if problem.memory_binds:  # cuts over a device's memory go last
-                from hdp.placement.simulate import Simulator
-
-                fits = Simulator(problem).feasible if sim is None else sim.feasible
-                keys = np.where([fits(r) for r in rows], keys, np.inf)
-            for r in np.argsort(keys, kind="stable")[:tries]:
-                if np.unique(rows[r]).shape[0] > 1 and not _tangled(problem, rows[r]):
-                    out.append(rows[r].astype(np.int64))
+            points = np.arange(1, k)
+            if step > 1:
+                _, best = ranked(a, b, points[::step])
+                near = (best[:tries, None] + np.arange(-step + 1, step)[None, :]).reshape(-1)
+                points = np.unique(np.clip(near, 1, k - 1))
+            rows, _ = ranked(a, b, points)
+            for r in rows[:tries]:
+                if np.unique(r).shape[0] > 1 and not _tangled(problem, r):
+                    out.append(r.astype(np.int64))
                     break
     return out

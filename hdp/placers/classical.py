@@ -28,7 +28,8 @@ reports the objective, the gap and the simulated latency; the solve time goes to
 **Objectives and memory.** With the problem's objective :class:`~hdp.placement.objective.Throughput`,
 or when the unconstrained optimum overfills a device's memory, ``optimal`` solves the mixed-integer
 program of :mod:`hdp.placers.constrained` instead (min latency or min max-stage-load, subject to
-every device's capacity). ``heft`` under capacities only considers devices with room left for each
+every device's capacity); when every group on its fastest device already overfills one, it goes
+there directly (and when it does not, the two solves share ``time_limit``). ``heft`` under capacities only considers devices with room left for each
 group (Baechi's m-ETF); ``random`` redraws, seeded, until a placement fits.
 
 **Margin.** The optimum of a cost model is only as good as the model: a mixed placement predicted
@@ -142,14 +143,15 @@ def _heft_memory(p, sim, sched, dev, ctx) -> float:
     base, peak = np.empty(p.n_devices), np.empty(p.n_devices)
     unit_on = np.empty((n_u, p.n_devices), np.bool_)
     makespan = K.heft_schedule_mem(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev,
-                                   sim.m_fixed, sim.m_act, gu_ptr, gu_units, needs.u_bytes, sim.capacity,
-                                   base, peak, unit_on)
+                                   sim.m_fixed, sim.m_act, gu_ptr, gu_units, sim.mu_bytes, sim.m_overhead,
+                                   sim.capacity, base, peak, unit_on)
     if makespan < 0:
         v = int(-1 - makespan)
         op = ctx.module.graph.ops[int(p.structure.members(v)[0])].name if ctx.module is not None else f"group {v}"
-        room = ", ".join(f"{d} {size_text(max(c - b - pk, 0.0))} free of {size_text(c)}"
+        room = ", ".join(f"{d} {size_text(max(c - b - max(pk, 0.0), 0.0))} free of {size_text(c)}"
                          for d, c, b, pk in zip(p.devices, sim.capacity, base, peak) if np.isfinite(c))
-        raise InputError(f"heft: no device has room left for the group of op '{op}' ({size_text(sim.m_fixed[v])} "
+        need = min(sim.m_fixed[v, d] for d in range(p.n_devices) if p.allowed[v, d])
+        raise InputError(f"heft: no device has room left for the group of op '{op}' ({size_text(need)} "
                          f"besides shared constants) in earliest-finish order ({room}); use optimal")
     return float(makespan)
 
@@ -436,6 +438,10 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
     m = _Model(p, penalty)
     t0 = _time.perf_counter()
     constrained = isinstance(p.objective, Throughput)
+    if p.memory_binds and p.n_devices > 1 and not constrained:
+        # the unconstrained optimum is worth trying first only when the caps may not bind: when every
+        # group on its fastest device fits (else solving it would spend the time limit for nothing)
+        constrained = not sim.feasible(np.argmin(np.where(p.allowed, p.time, np.inf), axis=1))
     if p.n_devices == 1:
         gdev, info = np.zeros(m.k, np.int64), {"solver": "trivial"}
     elif constrained:
@@ -444,7 +450,8 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
         gdev, info = _mincut(m) if solver == "mincut" else _ilp(m, o.time_limit, o.mip_gap)
         if p.memory_binds and not sim.feasible(gdev):  # the unconstrained optimum overfills a device
             over = sim.over(gdev)[0]
-            gdev, info = solve_constrained(p, penalty, o.time_limit, o.mip_gap)
+            left = max(o.time_limit - (_time.perf_counter() - t0), 0.1 * o.time_limit)
+            gdev, info = solve_constrained(p, penalty, left, o.mip_gap)
             info["unconstrained"] = f"the unconstrained optimum needs {over[1]:.0f} bytes on {over[0]} (> {over[2]:.0f})"
             constrained = True
     note_time(f"optimal ({info['solver']})", _time.perf_counter() - t0)

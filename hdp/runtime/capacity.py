@@ -8,6 +8,13 @@ unlimited (``inf``). CPU plugin instances registered under other names share tha
 
 Read when a placement is made, not part of the partition pass's cache key: only declared and
 ``--memory`` capacities are (a cached placement is reused however the host's free memory moved).
+
+Each device's memory model (:class:`~hdp.placement.memory.DeviceMemory`, what
+:mod:`hdp.placement.memory` adds to the stored bytes) comes from its ``memory_overhead`` and
+``weight_copies`` in the target, else its kind's default in :data:`MEMORY_MODELS` (matched by
+the plugin's name: ``CPU``, ``GPU.1`` and a modeled ``CPU`` are of kinds CPU, GPU and CPU). Its
+compute precision is a real device's ``INFERENCE_PRECISION_HINT`` (f32 when it sets none) or a
+modeled device's ``precision``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,13 @@ from hdp.errors import InputError
 
 #: OpenVINO properties that report a device's total memory, by plugin name prefix.
 REPORTED = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
+
+#: Default memory model per device kind (plugin name prefix): (overhead bytes, weight copies at the
+#: compute precision). CPU: measured here (bench/memory_check.py, OpenVINO 2026.4.1): a process's
+#: resident memory grows by 43 MiB for the plugin, the stored weights it reads (the ``.bin`` pages stay
+#: resident) and one repacked copy of every weight at the inference precision. Kinds not listed
+#: (GPU, NPU: not measurable on this host) count their stored bytes alone.
+MEMORY_MODELS = {"CPU": (43 * 2**20, 1.0)}
 
 
 def host_available() -> float:
@@ -87,3 +101,33 @@ def capacities(target, overrides=()) -> np.ndarray:
         else:
             out.append(reported(d))
     return np.array(out, np.float64)
+
+
+def _precision(device) -> str:
+    from hdp.runtime.target import PRECISION_BYTES
+
+    if device.kind == "modeled":
+        return device.precision
+    hint = str(device.config.get("INFERENCE_PRECISION_HINT", "f32")).lower()
+    return hint if hint in PRECISION_BYTES else "f32"
+
+
+def device_memory(target):
+    """The :class:`~hdp.placement.memory.DeviceMemory` of ``target``'s devices, in its order (see the
+    module docstring)."""
+    from hdp.cache import parse_size
+    from hdp.placement.memory import DeviceMemory
+    from hdp.runtime.target import PRECISION_BYTES
+
+    over, copies, pbytes = [], [], []
+    for d in target.devices:
+        kind = next((k for k in MEMORY_MODELS if d.plugin_name.upper().startswith(k)), None)
+        o, c = MEMORY_MODELS.get(kind, (0, 0.0))
+        if d.memory_overhead is not None:
+            o = d.memory_overhead if isinstance(d.memory_overhead, int) else parse_size(d.memory_overhead)
+        if d.weight_copies is not None:
+            c = d.weight_copies
+        over.append(float(o))
+        copies.append(float(c))
+        pbytes.append(float(PRECISION_BYTES[_precision(d)]))
+    return DeviceMemory(np.array(over), np.array(copies), np.array(pbytes))

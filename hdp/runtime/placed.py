@@ -141,6 +141,15 @@ class PlacedModel:
     method: str
     target: Target
     used: list[str] = field(default_factory=list)  # the devices some op is placed on
+    #: ``--memory`` caps it was placed under, ``(device, bytes)`` (:mod:`hdp.runtime.capacity`)
+    memory: tuple[tuple[str, int], ...] = ()
+
+    def capacities(self):
+        """Bytes per device of :attr:`devices`: the caps it was placed under (``--memory`` over the
+        recorded target's, as :func:`hdp.runtime.capacity.capacities` reads them)."""
+        from hdp.runtime.capacity import capacities
+
+        return capacities(self.target, self.memory)
 
 
 def model_info(model, key: str) -> str | None:
@@ -241,7 +250,18 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
             raise InputError(f"{xml}: invalid hdp target record: {e}") from None
     else:
         target = devices_target(devs)
-    return PlacedModel(model=model, devices=devs, method=method, target=target, used=list(used))
+    memory: tuple = ()
+    caps = model_info(model, "memory_caps")
+    if caps:
+        from hdp.runtime.capacity import parse_overrides
+
+        try:
+            memory = parse_overrides(c for c in caps.split(",") if c)
+            for name, _ in memory:
+                target.device(name)
+        except InputError as e:
+            raise InputError(f"{xml}: invalid hdp memory record: {e}") from None
+    return PlacedModel(model=model, devices=devs, method=method, target=target, used=list(used), memory=memory)
 
 
 #: Cores made by compile_placed, kept for the life of the process: a compiled model outlives the

@@ -20,6 +20,8 @@ A target is a TOML file decoded with msgspec::
     efficiency = 0.5          # fraction of peak_flops reached on real layers (default 1.0)
     supported_ops = []        # empty: every op type; otherwise the list it supports
     memory = "16GiB"          # bytes it holds (an integer, or "512MiB", "16GiB", "1.5G": powers of 1024)
+    memory_overhead = "0"     # bytes it needs once it runs anything (default: its kind's, see below)
+    weight_copies = 0         # copies of its weights it holds at its precision besides the stored ones
 
     [link]
     latency = 20e-6
@@ -37,7 +39,9 @@ modeled target should state its assumption there.
 the bytes). Without it a real device's capacity is read from OpenVINO where the plugin reports
 one (``GPU_DEVICE_TOTAL_MEM_SIZE``, ``NPU_DEVICE_TOTAL_MEM_SIZE``), a real CPU's is the host's
 available memory, and a modeled device's is unlimited (:mod:`hdp.runtime.capacity`);
-``--memory DEV=SIZE`` overrides all of these.
+``--memory DEV=SIZE`` overrides all of these. ``memory_overhead`` and ``weight_copies`` are the
+device's memory model (:mod:`hdp.placement.memory`); without them a device gets its kind's
+(:data:`hdp.runtime.capacity.MEMORY_MODELS`: the CPU plugin's measured on this host, none for others).
 
 The bounds of every field are declared on it (:mod:`hdp.validation`); :func:`validate_target`
 adds the rules between fields. Every error names its path (``devices[0].peak_flops.f32: must be
@@ -90,6 +94,11 @@ class Device(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     description: str = ""
     #: bytes the device holds: an integer or a size ("16GiB"); None: as the device reports
     memory: Annotated[int, Meta(ge=0)] | str | None = None
+    #: the device's memory model (hdp.placement.memory): bytes it needs as soon as it runs a group, and
+    #: copies of its weights it holds at its compute precision besides the stored ones; None: its
+    #: kind's default (hdp.runtime.capacity.MEMORY_MODELS)
+    memory_overhead: Annotated[int, Meta(ge=0)] | str | None = None
+    weight_copies: Annotated[float, Meta(ge=0, le=16)] | None = None
 
     @property
     def plugin_name(self) -> str:
@@ -147,14 +156,16 @@ def check_rules(t: Target, source: str) -> Target:
         where = f"{source}: devices[{i}]"
         if d.name in names[:i]:
             raise InputError(f"{where}.name: duplicate device '{d.name}'")
-        if isinstance(d.memory, str):
-            from hdp.cache import parse_size
+        for field in ("memory", "memory_overhead"):
+            value = getattr(d, field)
+            if isinstance(value, str):
+                from hdp.cache import parse_size
 
-            try:
-                parse_size(d.memory)
-            except ValueError:
-                raise InputError(f"{where}.memory: not a size: {d.memory!r} (bytes as an integer, or like "
-                                 f"\"16GiB\", \"512MiB\")") from None
+                try:
+                    parse_size(value)
+                except ValueError:
+                    raise InputError(f"{where}.{field}: not a size: {value!r} (bytes as an integer, or like "
+                                     f"\"16GiB\", \"512MiB\")") from None
         if d.alias and not d.plugin:
             raise InputError(f"{where}.plugin: an aliased device must name the plugin it registers")
         if d.kind == "modeled":
