@@ -460,3 +460,39 @@ def test_memory_overrides_are_recorded_in_the_placed_model_and_read_back(tmp_pat
                                   "--no-cache"])
     assert r.exit_code == 0, r.output
     assert read_placed(out2).memory == () and read_placed(out2).capacities().tolist() == [32 * 2**30, 16 * 2**30]
+
+
+def test_a_fallback_to_one_device_keeps_within_its_memory(tmp_path):
+    """A placement that fails its check falls back to the fastest single device whose memory holds
+    the whole model (not the fastest one), and is refused in one line when none does."""
+    from conftest import _save
+    from hdp.ir.openvino_frontend import lower
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import make_pass
+    from hdp.runtime.target import load_target
+    from hdp.runtime.verify import CheckResult, verify_and_repair
+
+    class FailsSplits:  # every split fails, every single device passes
+        def check_module(self, module):
+            return CheckResult(passed=np.unique(module.placement.device_of.numpy()).size == 1, error="scripted")
+
+        def check(self, op_devices, devices):
+            return CheckResult(passed=np.unique(op_devices).size == 1, error="scripted")
+
+    from hdp.runtime.capacity import MEMORY_MODELS
+
+    xml = _save(build_tower(), tmp_path / "tower.xml")
+    tgt = load_target("i9-flex170")  # on this tiny model the CPU is the fastest single device
+    layer = 32 * 32 * 4
+    cpu = f"CPU={int(MEMORY_MODELS['CPU'][0] + 10 * layer)}"  # five layers of six (stored and at f32)
+    goal = {"target": tgt, "method": "optimal", "objective": "throughput"}
+    m = PassManager([make_pass("support", {"target": tgt}), make_pass("profile", {"target": tgt}),
+                     make_pass("partition", {**goal, "memory": cpu}), make_pass("assign", {})]).run(lower(xml))
+    assert np.unique(m.placement.device_of.numpy()).size == 2
+    v = verify_and_repair(m, tgt, replace=lambda mod, ties: mod, checker=FailsSplits(), rounds=0)
+    assert v.fallback == "GPU"
+    m2 = PassManager([make_pass("partition", {**goal, "memory": f"{cpu},GPU={int(2.5 * layer)}"}),
+                      make_pass("assign", {})]).run(m)
+    with pytest.raises(InputError, match="no single device of .* holds the whole model within its memory") as e:
+        verify_and_repair(m2, tgt, replace=lambda mod, ties: mod, checker=FailsSplits(), rounds=0)
+    assert "\n" not in str(e.value)

@@ -258,6 +258,24 @@ def check_generation(placed_xml, original_xml, target: Target | None = None, ste
                            floor=floor, used=list(pm.used))
 
 
+def _fits_memory(module: Module, problem, target: Target):
+    """``feasible(group_device)`` under the device memory the module was placed with (the target's
+    capacities, with the ``--memory`` caps its partition records, and each device's memory model),
+    or None when no device's memory is bounded."""
+    from hdp.placement.simulate import Simulator
+    from hdp.runtime.capacity import capacities, device_memory, parse_overrides
+
+    info = module.partition.info if module.partition is not None else {}
+    over = parse_overrides(c for c in str(info.get("memory_caps", "")).split(",") if c)
+    try:
+        caps = capacities(target, over)
+    except InputError:
+        return None
+    if not np.isfinite(caps).any() or tuple(target.device_names) != tuple(problem.devices):
+        return None
+    return Simulator(problem.with_capacity(caps).with_device_memory(device_memory(target))).feasible
+
+
 class Verified(msgspec.Struct, kw_only=True):
     """What :func:`verify_and_repair` did: the final module and the report lines."""
 
@@ -277,7 +295,8 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
                       checker: PlacementChecker, rounds: int = 3, budget: float = REPAIR_BUDGET) -> Verified:
     """Check ``module.placement``; on failure learn ties and re-place (``replace(module,
     extra_ties) -> module`` reruns partition and assign) up to ``rounds`` times, then fall back to
-    the fastest single device whose own placement passes the check. ``budget`` bounds the seconds spent checking and repairing; the
+    the fastest single device that holds the model within its memory and whose own placement
+    passes the check. ``budget`` bounds the seconds spent checking and repairing; the
     placements tried while narrowing a failure down obey the same rules as any placement
     (:func:`hdp.placement.subgraphs.untangle`)."""
     from hdp.ir.types import Array, Placement
@@ -332,6 +351,14 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
         raise InputError(f"the placement does not run ({first_error}) and no single device of "
                          f"{list(problem.devices)} can run every op; nothing to write")
     from hdp.placement.simulate import SIMULATED_KEYS, Simulator
+
+    held = _fits_memory(out.module, problem, target)
+    if held is not None:  # a fallback holds the model within the device's memory, as every placement does
+        fits = [d for d in ranked if held(problem.single(d))]
+        if not fits:
+            raise InputError(f"the placement does not run ({first_error}) and no single device of "
+                             f"{list(problem.devices)} holds the whole model within its memory; nothing to write")
+        ranked = fits
 
     pl = out.module.placement
     failed = []
