@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+ZOO_DIR = None  # --zoo-dir
+
 _CHILD = r"""
 import json, sys
 def rss():
@@ -98,8 +100,12 @@ def zoo_xml(spec: str, tmp: Path) -> Path | None:
     (``compress_to_fp16``, what OpenVINO's save does by default)."""
     from hdp.zoo import _default_root
 
+    if spec.endswith(".xml"):  # a model file given as it is
+        return Path(spec) if Path(spec).is_file() else None
+
     def cached(stem):
-        found = sorted(p for p in _default_root().glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
+        root = Path(ZOO_DIR) if ZOO_DIR else _default_root()
+        found = sorted(p for p in root.glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
         return found[0] if found else None
 
     name, _, opts = spec.partition(":")
@@ -121,7 +127,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,resnet50:fp16,inception_v3,inception_v3:fp16")
     ap.add_argument("--placed", nargs="*", default=[])
+    ap.add_argument("--zoo-dir", default=None, help="the zoo cache to find models in (default: hdp's own)")
     a = ap.parse_args()
+    global ZOO_DIR
+    ZOO_DIR = a.zoo_dir
     rows = []
     with tempfile.TemporaryDirectory() as td:
         specs = []

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 METHODS = ["single:CPU", "pipeline-parallel:GPU,CPU", "hetero-auto", "heft", "optimal", "auto"]
+ZOO_DIR = None  # --zoo-dir
 
 
 def zoo_xml(spec: str) -> Path | None:
@@ -27,15 +28,20 @@ def zoo_xml(spec: str) -> Path | None:
     from hdp.zoo import _default_root
 
     stem = spec.replace(":", "_").replace(",", "_")
-    found = sorted(p for p in _default_root().glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
+    root = Path(ZOO_DIR) if ZOO_DIR else _default_root()
+    found = sorted(p for p in root.glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
     return found[0] if found else None
 
 
 def compile_one(xml: Path, out: Path, target: str, method: str, objective: str, requests: int,
-                memory: list[str]) -> tuple[dict | None, str]:
+                memory: list[str], cache_dir: str | None = None, check: bool = True) -> tuple[dict | None, str]:
     ir = out.with_suffix(".hdp")
     cmd = [sys.executable, "-m", "hdp", "compile", str(xml), "-o", str(out), "--target", target, "--method", method,
            "--objective", objective, "--emit-ir", str(ir), "-q"] + [a for m in memory for a in ("--memory", m)]
+    if cache_dir:
+        cmd += ["--cache-dir", cache_dir]
+    if not check:
+        cmd += ["--no-check"]
     if objective == "throughput":
         cmd += ["--requests", str(requests)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -57,9 +63,16 @@ def main() -> None:
     ap.add_argument("--gpu", default="GPU")
     ap.add_argument("--share", type=float, default=0.6)
     ap.add_argument("--requests", type=int, default=2)
-    ap.add_argument("--methods", default=",".join(METHODS), help="';'-separated when a method has a ','")
+    ap.add_argument("--methods", default=";".join(METHODS), help="';'-separated when a method has a ','")
     ap.add_argument("--objectives", default="latency,throughput")
+    ap.add_argument("--cache-dir", default=None, help="hdp's cache for the compiles (default: hdp's own)")
+    ap.add_argument("--zoo-dir", default=None, help="the zoo cache to find models in (default: hdp's own)")
+    ap.add_argument("--no-check", action="store_true",
+                    help="write each placement without checking it on CPU stand-ins (hdp compile --no-check): "
+                         "the table is simulated either way; a check of a full-size LLM takes minutes")
     a = ap.parse_args()
+    global ZOO_DIR
+    ZOO_DIR = a.zoo_dir
     methods = a.methods.split(";") if ";" in a.methods else a.methods.split(",")
     objectives = a.objectives.split(",")
     from hdp.ir.openvino_frontend import lower
@@ -73,7 +86,8 @@ def main() -> None:
         else:
             specs.append(part)
     print(f"target {a.target} (modeled: simulated figures); {a.gpu} capped at {a.share:.0%} of each model's "
-          f"stored weights; throughput with {a.requests} requests in flight")
+          f"stored weights; throughput with {a.requests} requests in flight"
+          + ("; written without the stand-in check (--no-check)" if a.no_check else ""))
     for spec in specs:
         xml = zoo_xml(spec)
         if xml is None:
@@ -89,7 +103,7 @@ def main() -> None:
             rows += [("optimal", ob, []) for ob in objectives]
             for k, (method, ob, mem) in enumerate(rows):
                 out = Path(td) / f"p{k}.xml"
-                info, err = compile_one(xml, out, a.target, method, ob, a.requests, mem)
+                info, err = compile_one(xml, out, a.target, method, ob, a.requests, mem, a.cache_dir, not a.no_check)
                 label = method + ("" if mem else " (no cap)")
                 if info is None:
                     print(f"  {label:<28} {ob:<10} {'refused':>10} {'':>9} {'':>14} {'':>12}  {err[:110]}")

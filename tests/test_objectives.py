@@ -324,20 +324,26 @@ def test_a_device_memory_model_adds_its_overhead_and_a_copy_at_its_precision_whe
     assert sim.memory([1, 1]).tolist() == [0, 1.5 * 300 + 50]
 
 
-def test_integer_weights_are_copied_at_their_stored_size():
+def test_compressed_weights_are_copied_as_stored_and_the_others_at_the_compute_precision():
     from hdp.ir.build import graph_from_edges
     from hdp.ir.types import Op
     from hdp.placement.memory import memory_needs
     from hdp.placement.structure import build_structure
 
-    # P -> mm <- Convert <- u8 Constant (a compressed weight), and an f16 constant read by mm too
+    # P -> mm -> conv -> R; mm reads a u8 weight (through Convert) and an f16 one; conv an f16 one
     ops = [Op("p", "Parameter", ((1,),), ("f32",)), Op("w", "Constant", ((8,),), ("u8",), weight_bytes=8),
            Op("cv", "Convert", ((8,),), ("f32",)), Op("h", "Constant", ((4,),), ("f16",), weight_bytes=8),
-           Op("mm", "MatMul", ((1,),), ("f32",)), Op("r", "Result", ((1,),), ("f32",))]
-    g = graph_from_edges(ops, np.array([0, 1, 2, 3, 4]), np.array([4, 2, 4, 4, 5]), np.ones(5, np.int64))
+           Op("mm", "MatMul", ((1,),), ("f32",)), Op("k", "Constant", ((4,),), ("f16",), weight_bytes=8),
+           Op("kc", "Convert", ((4,),), ("f32",)), Op("conv", "Convolution", ((1,),), ("f32",)),
+           Op("r", "Result", ((1,),), ("f32",))]
+    edges = [(0, 4), (1, 2), (2, 4), (3, 4), (4, 7), (5, 6), (6, 7), (7, 8)]
+    e = np.array(edges)
+    g = graph_from_edges(ops, e[:, 0], e[:, 1], np.ones(len(e), np.int64))
     needs = memory_needs(g, build_structure(g))
-    assert needs.total_weights == 16
-    assert needs.w_float.sum() == 4 and needs.w_other.sum() == 8  # 4 f16 elements; 8 bytes of u8
+    assert needs.total_weights == 24
+    # the MatMul keeps its u8 and f16 weights compressed (16 bytes); the convolution's 4 f16 elements
+    # are converted to the compute precision
+    assert needs.w_other.sum() + needs.u_other.sum() == 16 and needs.w_float.sum() + needs.u_float.sum() == 4
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -11,8 +11,9 @@ that runs no group needs nothing)::
 - **weights**: ``stored[u]`` is the payload of every Constant as stored in the ``.bin`` (u4 half a
   byte per element, u8/i8 one, f16 two ...). ``at_precision[u, d]`` is the same constants as the
   device computes with them: floating-point constants at the device's compute precision (f32 = 4
-  bytes per element, f16/bf16 = 2), integer ones (compressed u4/u8 weights, which plugins keep
-  compressed, and index tensors) at their stored size. ``copies[d]`` and ``overhead[d]`` are the
+  bytes per element, f16/bf16 = 2), except f16/bf16 weights of a MatMul or Gather; those and integer
+  ones (compressed u4/u8 weights, which plugins keep compressed, and index tensors) at their stored
+  size. ``copies[d]`` and ``overhead[d]`` are the
   device's memory model (:class:`DeviceMemory`): for the CPU plugin, measured on this host
   (``bench/memory_check.py``), ``overhead`` = 43 MiB and ``copies`` = 1 — it keeps the ``.bin``
   pages it read resident and holds a repacked copy of every weight at its inference precision;
@@ -53,6 +54,10 @@ from hdp.placement.structure import PLACED, Structure
 
 #: Bytes per element of a floating-point constant (and of a device's compute precision).
 FLOAT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}
+#: Ops whose narrow (f16, bf16, integer) weights a plugin keeps as stored, decompressing them as it
+#: computes (the CPU plugin's FullyConnected and Gather with compressed weights); the weights of
+#: other ops (convolutions) are converted to the compute precision.
+KEPT_COMPRESSED = frozenset({"MatMul", "Gather"})
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,7 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
 
     # the placed groups each op that is not placed feeds (constant data, replicated chains)
     feeds: dict[int, frozenset] = {}
+    to_matmul = np.zeros(n, bool)  # constant data some MatMul or Gather reads (weights plugins keep compressed)
     for i in range(n - 1, -1, -1):
         if role[i] == PLACED:
             continue
@@ -148,8 +154,10 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
         for c in succ[indptr[i]:indptr[i + 1]]:
             if role[c] == PLACED:
                 s.add(int(group_of[c]))
+                to_matmul[i] |= types[c] in KEPT_COMPRESSED
             else:
                 s.update(feeds.get(int(c), ()))
+                to_matmul[i] |= to_matmul[c]
         feeds[i] = frozenset(s)
     # per group and per unit: (stored bytes, elements of floating-point constants, stored bytes of the others)
     weights = np.zeros((k, 3))
@@ -162,6 +170,8 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
             continue  # feeds nothing placed (folded away, or only a Result)
         t = op.out_types[0] if op.out_types else ""
         size = FLOAT_BYTES.get(t)
+        if size and size < 4 and to_matmul[i]:  # f16/bf16 weights of a MatMul stay as stored (compressed)
+            size = None
         row = (op.weight_bytes, op.weight_bytes / size, 0.0) if size else (op.weight_bytes, 0.0, op.weight_bytes)
         if len(gs) == 1:
             weights[next(iter(gs))] += row
