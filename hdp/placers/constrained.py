@@ -24,6 +24,10 @@ Objectives:
   + send[d] Σ_t copy_t z[t, d] + overhead · used[d] <= T`` and ``latency / requests <= T`` (with
   the latency expression above plus one overhead).
 
+:func:`solve` runs it within one time limit, on a large problem first over clusters of groups and
+then over the groups near the clusters' cuts (see its docstring); the answer is exact when HiGHS
+closes the gap, else the best found with its gap to HiGHS's bound.
+
 Exact for the simulator's model (:mod:`hdp.placement.simulate`) up to the subgraph count, which is
 not a function of single groups: ``penalty`` (default: the subgraph overhead) charges it per copy,
 as in the unconstrained ILP; with a zero overhead the program is exact (tests compare it with
