@@ -5,7 +5,7 @@ GPU at ``--share`` of the stored weights, and times ``optimal`` (the HiGHS MILP)
 throughput, and memory-aware ``heft``, each ``--repeat`` times (median, min-max), with the problem's
 size and the feasibility of the result. Run under ``flock /work/measure.lock``.
 
-    python bench/constrained_speed.py MODEL.xml [--target dual-gpu] [--share 0.4] [--repeat 3]
+    python bench/constrained_speed.py MODEL.xml [--target dual-gpu] [--share 0.4] [--repeat 3] [--runs heft]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--requests", type=int, default=2)
+    ap.add_argument("--runs", default="latency,throughput,heft", help="which of latency, throughput, heft to time")
     a = ap.parse_args()
     import numpy as np
 
@@ -47,9 +48,10 @@ def main() -> None:
     print(f"{a.model}: {m.graph.n_ops} ops, {base.n_groups} tie groups, {base.structure.n_tensors} tensors; "
           f"weights {size_text(w)}; {', '.join(d for d, c in zip(tgt.device_names, caps) if np.isfinite(c))} capped "
           f"at {size_text(a.share * w)} each; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    for label, method, obj in (("optimal, latency", Optimal(margin=0.0), Latency()),
-                               (f"optimal, throughput N={a.requests}", Optimal(margin=0.0), Throughput(requests=a.requests)),
-                               ("heft (m-ETF)", Heft(), Latency())):
+    runs = [("latency", "optimal, latency", Optimal(margin=0.0), Latency()),
+            ("throughput", f"optimal, throughput N={a.requests}", Optimal(margin=0.0), Throughput(requests=a.requests)),
+            ("heft", "heft (m-ETF)", Heft(), Latency())]
+    for _, label, method, obj in (r for r in runs if r[0] in a.runs.split(",")):
         p = base.with_objective(obj).with_capacity(caps)
         secs, gd, info = [], None, {}
         for _ in range(a.repeat):

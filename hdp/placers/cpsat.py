@@ -296,20 +296,26 @@ class ConcurrentModel:
             cap = sim.capacity[d]
             if not np.isfinite(cap):
                 continue
-            terms = [int(fixed[g]) * x[g][d] for g in range(self.k) if d in x[g] and fixed[g]]
+            room = cap - sim.m_overhead[d]  # a device that runs any group pays its overhead
+            if room < 0:
+                for g in range(self.k):
+                    if d in x[g]:
+                        m.add(x[g][d] == 0)
+                continue
+            terms = [int(fixed[g, d]) * x[g][d] for g in range(self.k) if d in x[g] and fixed[g, d]]
             peak = m.new_int_var(0, int(act.max(initial=0)), f"peak{d}")
             for g in range(self.k):
                 if d in x[g] and act[g]:
                     m.add(peak >= int(act[g]) * x[g][d])
             for u in range(ub.shape[0]):
                 gs = [int(g) for g in sim.mu_grp[sim.mu_ptr[u]:sim.mu_ptr[u + 1]] if d in x[int(g)]]
-                if not gs or not ub[u]:
+                if not gs or not ub[u, d]:
                     continue
                 w = m.new_bool_var(f"unit{u}_{d}")
                 for g in gs:
                     m.add_implication(x[g][d], w)
-                terms.append(int(ub[u]) * w)
-            m.add(sum(terms) + peak <= int(np.floor(cap)))
+                terms.append(int(ub[u, d]) * w)
+            m.add(sum(terms) + peak <= int(np.floor(room)))
 
     # ------------------------------------------------------------------ reading and hinting
 
