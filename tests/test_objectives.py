@@ -74,6 +74,21 @@ def brute(p, sim):
     return best
 
 
+def optimal_matches_brute(p, m):
+    """``optimal`` on ``p`` equals the brute force, placing within the caps (or, when nothing fits,
+    both refuse); its placement, or None."""
+    sim = Simulator(p)
+    want = brute(p, sim)
+    if want is None:
+        with pytest.raises(InputError, match="memory|fit"):
+            place(Optimal(boundary_penalty=0.0, margin=0.0), ctx_of(p, m))
+        return None
+    got = place(Optimal(boundary_penalty=0.0, margin=0.0, mip_gap=1e-9), ctx_of(p, m)).group_device
+    assert sim.feasible(got)
+    assert sim.cost(got) == pytest.approx(want, rel=1e-7), p.objective
+    return got
+
+
 def ctx_of(p, module=None):
     return PlaceContext(module=module, problem=p)
 
@@ -88,16 +103,7 @@ def test_optimal_equals_brute_force_under_caps_and_for_throughput(seed):
     caps = rng.uniform(0.35, 0.8, n_dev) * total  # no device holds everything
     thr = Throughput(requests=int(rng.integers(1, 5)), send=float(seed % 3 == 0), free_comm=("D1",) if seed % 4 == 1 else ())
     for obj in (Latency(), thr):
-        p = p0.with_objective(obj).with_capacity(caps)
-        sim = Simulator(p)
-        want = brute(p, sim)
-        if want is None:
-            with pytest.raises(InputError, match="memory|fit"):
-                place(Optimal(boundary_penalty=0.0, margin=0.0), ctx_of(p, m))
-            continue
-        got = place(Optimal(boundary_penalty=0.0, margin=0.0, mip_gap=1e-9), ctx_of(p, m)).group_device
-        assert sim.feasible(got)
-        assert sim.cost(got) == pytest.approx(want, rel=1e-7), obj
+        optimal_matches_brute(p0.with_objective(obj).with_capacity(caps), m)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -365,14 +371,9 @@ def test_optimal_in_stages_equals_brute_force_under_device_memory_models(seed, m
     for obj in (Latency(), Throughput(requests=2)):
         p = p0.with_objective(obj).with_capacity(caps)
         sim = Simulator(p)
-        want = brute(p, sim)
-        if want is None:
-            with pytest.raises(InputError, match="memory|fit"):
-                place(Optimal(boundary_penalty=0.0, margin=0.0), ctx_of(p, m))
+        got = optimal_matches_brute(p, m)
+        if got is None:
             continue
-        got = place(Optimal(boundary_penalty=0.0, margin=0.0, mip_gap=1e-9), ctx_of(p, m)).group_device
-        assert sim.feasible(got)
-        assert sim.cost(got) == pytest.approx(want, rel=1e-7), obj
         try:
             gd = place(Heft(), ctx_of(p, m)).group_device
         except InputError as e:
