@@ -17,7 +17,8 @@ import torch  # noqa: F401,E402  (hard dependency: fail loudly, never skip)
 
 from hdp.learn.config import PlacetoConfig, RnnConfig  # noqa: E402
 from hdp.learn.graph import build_learn_graph  # noqa: E402
-from hdp.learn.harness import Budget, learn, objective_cost, time_to_best, train_on_models, zero_shot  # noqa: E402
+from hdp.learn.harness import (Budget, learn, objective_cost, objective_problem, time_to_best,  # noqa: E402
+                               train_on_models, zero_shot)
 from hdp.learn.placeto import train_placeto  # noqa: E402
 from hdp.learn.rnn import train_rnn  # noqa: E402
 from test_learn import DEV2, blocks_module, brute_force, chain_optimum, make_module, reference  # noqa: E402
@@ -133,6 +134,32 @@ def test_objectives_price_concurrency():
     assert tput(split) < seq(split) and tput(one) == pytest.approx(seq(one))
     with pytest.raises(InputError, match="objective"):
         objective_cost(p, "energy")
+
+
+def test_concurrent_objective_is_the_problems_as_compile_prices_it():
+    """The harness's ``concurrent`` is the problem's :class:`Concurrent` objective, the one ``hdp
+    compile --execution concurrent`` puts in its problem, priced by the simulator's executor
+    semantics with that objective's launch, hand-over and request costs (not a copy of its own)."""
+    from types import SimpleNamespace
+
+    from hdp.passes.partition import PartitionPass
+    from hdp.placement.objective import Concurrent
+    from hdp.placement.simulate import Simulator
+
+    m = _branchy_module()
+    p = build_problem(m, DEV2)
+    assert objective_problem(p, "concurrent").objective == PartitionPass.objective_from("latency", None, "concurrent")
+    split = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 0], np.int16)
+    sim = Simulator(p)
+    assert objective_cost(p, "concurrent")(split) == sim.latency_concurrent(split)
+    # an executor calibrated by hdp calibrate: compile's objective, and the harness prices it the same
+    costs = SimpleNamespace(launch=2e-4, handover=5e-5, request=1e-4)
+    calibrated = PartitionPass.objective_from("latency", None, "concurrent", costs)
+    assert calibrated == Concurrent(launch=2e-4, handover=5e-5, request=1e-4)
+    priced = objective_cost(p, calibrated)(split)
+    assert priced == Simulator(p.with_objective(calibrated)).cost(split)
+    assert priced == sim.latency_concurrent(split, 2e-4, 5e-5, 1e-4)
+    assert priced > objective_cost(p, "concurrent")(split) + 1e-4
 
 
 @pytest.mark.parametrize("method", ["hsdag", "placeto", "rnn-placer"])

@@ -10,11 +10,13 @@ hyper-parameters (:mod:`hdp.learn.config`); only the budget, the seed and the wa
 harness's. Training runs until the budget ends (the episode counts are set out of reach).
 
 The cost a method minimises is a function ``device per tie group -> seconds``:
-:func:`objective_cost` gives the simulator's sequential HETERO latency (``latency``), its price of
-hdp's concurrent executor (``concurrent``: :meth:`Simulator.latency_concurrent`, devices running
-their subgraphs at once) or seconds per request with ``requests`` in flight (``throughput``,
-:class:`~hdp.placement.objective.Throughput`); :func:`problem_cost` is what the placement methods
-optimise: the problem's own objective (:meth:`Simulator.cost`).
+:func:`objective_cost` is :meth:`Simulator.cost` of the problem with the objective named (one value
+of :mod:`hdp.placement.objective`, :func:`objective_of`): the sequential HETERO latency
+(``latency``), one request run by hdp's concurrent executor (``concurrent``: the problem's
+:class:`~hdp.placement.objective.Concurrent`, priced by :meth:`Simulator.latency_concurrent`, as
+``hdp compile --execution concurrent`` prices it) or seconds per request with ``requests`` in
+flight (``throughput``, :class:`~hdp.placement.objective.Throughput`); :func:`problem_cost` is
+what the placement methods optimise: the problem's own objective.
 
 :func:`train_on_models` trains one HSDAG policy over several models in turn (round robin, the
 weights carried from one to the next through a checkpoint); :func:`zero_shot` places a model with
@@ -51,25 +53,37 @@ class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     seconds: Seconds = 0.0
 
 
-def objective_problem(problem, objective: str, requests: int = 4):
-    """``problem`` with the objective the simulator's ``cost`` prices for ``objective`` (the
-    concurrent executor has no objective value yet: its problem is the sequential one)."""
-    from hdp.placement.objective import Latency, Throughput
+def objective_of(objective, requests: int = 4):
+    """The problem objective (:mod:`hdp.placement.objective`) the harness optimises for
+    ``objective``: ``latency`` -> :class:`Latency`, ``concurrent`` -> :class:`Concurrent` (the
+    objective ``hdp compile --execution concurrent`` gives its problem when the executor was not
+    calibrated), ``throughput`` -> :class:`Throughput` with ``requests`` in flight; an objective
+    value (e.g. a :class:`Concurrent` with the executor's calibrated costs) is returned as is."""
+    from hdp.placement.objective import Concurrent, Latency, Throughput
 
+    if isinstance(objective, (Latency, Concurrent, Throughput)):
+        return objective
     if objective == "throughput":
-        return problem.with_objective(Throughput(requests=requests))
-    if objective in ("latency", "concurrent"):
-        return problem.with_objective(Latency())
+        return Throughput(requests=requests)
+    if objective == "concurrent":
+        return Concurrent()
+    if objective == "latency":
+        return Latency()
     raise InputError(f"unknown objective '{objective}' (known: {', '.join(OBJECTIVES)})")
 
 
-def objective_cost(problem, objective: str, requests: int = 4) -> Callable[[np.ndarray], float]:
-    """The simulator's price of a device per tie group under ``objective`` (``requests`` in flight
-    for ``throughput``)."""
-    from hdp.placement.simulate import Simulator
+def objective_problem(problem, objective, requests: int = 4):
+    """``problem`` with the objective of :func:`objective_of` (what heft, CP-SAT and the learned
+    placers are given, so each optimises the same value)."""
+    return problem.with_objective(objective_of(objective, requests))
 
-    sim = Simulator(objective_problem(problem, objective, requests))
-    return sim.latency_concurrent if objective == "concurrent" else sim.cost
+
+def objective_cost(problem, objective, requests: int = 4) -> Callable[[np.ndarray], float]:
+    """The simulator's price of a device per tie group under ``objective`` (``requests`` in flight
+    for ``throughput``): :meth:`Simulator.cost` of :func:`objective_problem`, the one pricing every
+    placer of that problem is held to (``concurrent``: :meth:`Simulator.latency_concurrent` with the
+    objective's launch, hand-over and request costs)."""
+    return problem_cost(objective_problem(problem, objective, requests))
 
 
 def problem_cost(problem) -> Callable[[np.ndarray], float]:
