@@ -121,6 +121,8 @@ MODELS: dict[str, ZooModel] = {
                  _KERAS, _keras("MobileNetV2", 224)),
         ZooModel("densenet121", "keras.applications.DenseNet121, 1x3x224x224",
                  _KERAS, _keras("DenseNet121", 224)),
+        ZooModel("densenet201", "keras.applications.DenseNet201 recipe (blocks 6-12-48-32), 1x3x224x224",
+                 _KERAS, _keras("DenseNet", 224, blocks=(6, 12, 48, 32))),
         ZooModel("mobilenet_v2-tiny", "keras.applications.MobileNetV2 alpha 0.35, 10 classes, 1x3x32x32",
                  _KERAS, _keras("MobileNetV2", 32, alpha=0.35, classes=10), group_size=16, size="tiny"),
         ZooModel("densenet-tiny", "keras DenseNet, blocks 1-2-2-1, 10 classes, 1x3x32x32",
@@ -128,6 +130,8 @@ MODELS: dict[str, ZooModel] = {
         # transformers
         ZooModel("bert_base", f"transformers BertModel (bert-base, eager attention), sequence "
                  f"{BERT_SEQUENCE_LENGTH}", _TRANSFORMERS, _hf("bert", "base-eager")),
+        ZooModel("bert_large", f"transformers BertModel (bert-large: 24 layers, hidden 1024, eager attention), "
+                 f"sequence {BERT_SEQUENCE_LENGTH}", _TRANSFORMERS, _hf("bert", "large-eager")),
         ZooModel("bert", f"transformers BertModel (bert-base, SDPA attention), sequence {BERT_SEQUENCE_LENGTH}",
                  _TRANSFORMERS, _hf("bert", "base")),
         ZooModel("bert-tiny", "transformers BertModel, 2 layers, hidden 64, vocab 512, sequence 16",
@@ -141,6 +145,8 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("llama-32l", "transformers LlamaForCausalLM shaped like Llama-2-7B at 1/8 width: 32 layers, "
                  "hidden 512, 8 heads, vocab 32000, sequence 128", _TRANSFORMERS, _hf("llama", "llama2-32l"),
                  shapes=_ALL_SHAPES, group_size=64),
+        ZooModel("llama-24l", "transformers LlamaForCausalLM shaped like SmolLM-135M with 24 layers, sequence 128",
+                 _TRANSFORMERS, _hf("llama", "24l"), shapes=_ALL_SHAPES, group_size=64),
         ZooModel("llama-tiny", "transformers LlamaForCausalLM, 2 layers, hidden 64, GQA 4/2 heads, "
                  "vocab 512, sequence 16", _TRANSFORMERS, _hf("llama", "tiny"), shapes=_ALL_SHAPES,
                  group_size=16, size="tiny"),

@@ -37,6 +37,11 @@ PRESETS: dict[tuple[str, str], tuple[str, dict[str, Any], int]] = {
                                                 num_attention_heads=12, intermediate_size=3072,
                                                 max_position_embeddings=512, type_vocab_size=2,
                                                 attn_implementation="eager"), 128),
+    # BERT-large (24 layers, hidden 1024) with eager attention: the zoo's bert_base twice as deep
+    ("bert", "large-eager"): ("BertConfig", dict(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
+                                                 num_attention_heads=16, intermediate_size=4096,
+                                                 max_position_embeddings=512, type_vocab_size=2,
+                                                 attn_implementation="eager"), 128),
     ("gpt2", "tiny"): ("GPT2Config", dict(_LM_TINY, vocab_size=512, n_positions=128, n_embd=64, n_layer=2,
                                           n_head=4, bos_token_id=511, eos_token_id=511),
                        16),
@@ -55,6 +60,11 @@ PRESETS: dict[tuple[str, str], tuple[str, dict[str, Any], int]] = {
                                                   num_hidden_layers=32, num_attention_heads=8,
                                                   num_key_value_heads=8, max_position_embeddings=4096,
                                                   rms_norm_eps=1e-5, tie_word_embeddings=False), 128),
+    # SmolLM-135M's shape with 24 layers: a 24-layer Llama of a few thousand ops (issue 22's table)
+    ("llama", "24l"): ("LlamaConfig", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                           num_hidden_layers=24, num_attention_heads=9, num_key_value_heads=3,
+                                           max_position_embeddings=2048, rms_norm_eps=1e-5,
+                                           tie_word_embeddings=True), 128),
     ("qwen2", "tiny"): ("Qwen2Config", dict(_TEXT_TINY, **_LM_TINY, hidden_size=64, intermediate_size=128,
                                             num_hidden_layers=2, num_attention_heads=4,
                                             num_key_value_heads=2), 16),

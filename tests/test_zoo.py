@@ -52,9 +52,9 @@ def _op_counts(xml: Path) -> Counter:
 
 
 def test_unknown_name_lists_known_models(tmp_path):
-    with pytest.raises(InputError, match="unknown zoo model 'vgg16'; known: bert, bert-tiny, bert_base, "
-                                         "densenet-tiny, densenet121, gpt2, gpt2-tiny, inception_v3, llama, "
-                                         "llama-32l, llama-tiny, llama-tiny-8l, mobilenet_v2, mobilenet_v2-tiny, phi3-tiny, "
+    with pytest.raises(InputError, match="unknown zoo model 'vgg16'; known: bert, bert-tiny, bert_base, bert_large, "
+                                         "densenet-tiny, densenet121, densenet201, gpt2, gpt2-tiny, inception_v3, llama, "
+                                         "llama-24l, llama-32l, llama-tiny, llama-tiny-8l, mobilenet_v2, mobilenet_v2-tiny, phi3-tiny, "
                                          "phi3-tiny-8l, qwen2, qwen2-tiny, qwen2-tiny-8l, "
                                          r"resnet50, vit, vit-tiny \(each takes options"):
         zoo.export("vgg16", tmp_path / "m.xml")
