@@ -49,12 +49,21 @@ _CHUNK = 32
 STALL = 2000
 
 
-def _mean_over(index_to: torch.Tensor, index_from: torch.Tensor, h: torch.Tensor, n: int) -> torch.Tensor:
+class Arcs:
+    """The arcs (parents -> children) and, per node, 1 / its number of parents and of children
+    (computed once per problem: every round of every step averages over them)."""
+
+    def __init__(self, arcs: np.ndarray, n: int):
+        self.src, self.dst = torch.from_numpy(arcs[0]), torch.from_numpy(arcs[1])
+        self.inv_parents = 1.0 / torch.from_numpy(np.bincount(arcs[1], minlength=n).clip(min=1).astype(np.float32))
+        self.inv_children = 1.0 / torch.from_numpy(np.bincount(arcs[0], minlength=n).clip(min=1).astype(np.float32))
+
+
+def _mean_over(index_to: torch.Tensor, index_from: torch.Tensor, h: torch.Tensor, inv_count: torch.Tensor) -> torch.Tensor:
     """Per node, the mean of ``h`` over the arcs ``from -> to`` (h: steps x nodes x width)."""
     out = torch.zeros_like(h)
     out.index_add_(1, index_to, h[:, index_from])
-    cnt = torch.zeros(n, dtype=h.dtype).index_add_(0, index_to, torch.ones_like(index_to, dtype=h.dtype))
-    return out / cnt.clamp(min=1)[None, :, None]
+    return out * inv_count[None, :, None]
 
 
 class PlacetoNet(nn.Module):
@@ -71,16 +80,15 @@ class PlacetoNet(nn.Module):
         self.classifier = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d), nn.ReLU(),
                                         nn.Linear(d, n_devices))
 
-    def forward(self, x: torch.Tensor, arcs: torch.Tensor, masks: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, arcs: Arcs, masks: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         """Logits (steps x devices). ``x``: steps x nodes x width; ``masks``: steps x 4 x nodes
         (ancestors, descendants, peers, self of each step's node); ``allowed``: steps x devices."""
-        n = x.shape[1]
         e = self.inp(x)
-        src, dst = arcs[0], arcs[1]
+        own_f, own_b = self.fwd_self(e), self.bwd_self(e)  # the same every round
         hf, hb = e, e
         for _ in range(self.rounds):
-            hf = torch.relu(self.fwd_self(e) + self.fwd_msg(_mean_over(dst, src, hf, n)))
-            hb = torch.relu(self.bwd_self(e) + self.bwd_msg(_mean_over(src, dst, hb, n)))
+            hf = torch.relu(own_f + self.fwd_msg(_mean_over(arcs.dst, arcs.src, hf, arcs.inv_parents)))
+            hb = torch.relu(own_b + self.bwd_msg(_mean_over(arcs.src, arcs.dst, hb, arcs.inv_children)))
         h = torch.cat([hf, hb], dim=-1)  # steps x nodes x 2h
         w = masks / masks.sum(dim=-1, keepdim=True).clamp(min=1)
         views = torch.einsum("skn,snh->skh", w, h).reshape(x.shape[0], -1)
@@ -98,7 +106,7 @@ class _Episode:
         t = np.log1p(np.where(lg.allowed, lg.cost, 0.0) * n / total)
         self.static = np.concatenate([lg.x, t.astype(np.float32)], axis=1).astype(np.float32)
         self.width = self.static.shape[1] + nd + 2
-        self.arcs = torch.from_numpy(dv.arcs)
+        self.arcs = Arcs(dv.arcs, n)
         peers = ~(dv.ancestors | dv.descendants)
         np.fill_diagonal(peers, False)
         self.peers = peers
