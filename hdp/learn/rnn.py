@@ -5,20 +5,22 @@ Two policies trained together by REINFORCE, one placement per update:
 
 - the **grouper**, a feed-forward network (two linear maps through ``grouping_hidden``) over each
   node's features (:attr:`LearnGraph.x` and its time per device), samples a group per node out of
-  ``groups`` = min(256, 20 x devices);
+  ``groups`` = min(256, 20 x devices) (published), and no more than the nodes (beyond them every
+  extra group is empty: one more decoder step that places nothing and only adds noise);
 - the **placer**, a sequence-to-sequence LSTM: each group is embedded (the sum of its members'
   features, its time per device as a share of the model's, its member count, and which groups feed
   it and which it feeds, 2 x groups; each row divided by its largest entry + 1), a bidirectional
   LSTM encodes the groups in order, and an LSTM decoder starting from the encoder's final state,
   with additive attention over the encoder, emits a device per group, fed the embedding of
-  the device it chose for the previous group. Logits pass through ``tanh_constant · tanh`` as in the
-  published code (the grouper's are not: they get Gaussian noise of ``logits_noise`` x their RMS
-  for the first ``noise_steps`` updates instead); devices a group's members do not all support are masked out (a member whose
+  the device it chose for the previous group. The placer's logits pass through ``tanh_constant ·
+  tanh`` as in the published code (the grouper's are not clipped); both get Gaussian noise of
+  ``logits_noise`` x their RMS for the first ``noise_steps`` updates, as published; devices a
+  group's members do not all support are masked out (a member whose
   group got a device it cannot run keeps its fastest allowed device).
 
 Reward: sqrt(runtime), minimised against an exponential moving average of it (decay 0.9, starting
 at the first reward); loss = (sqrt(runtime) - baseline) x (log p(groups) + log p(devices)). Adam
-at ``lr`` (0.1 published), x ``lr_decay`` every ``decay_steps`` updates from ``start_decay_step``,
+at ``lr`` (1e-3; 0.1 published, which collapses: :class:`~hdp.learn.config.RnnConfig`), x ``lr_decay`` every ``decay_steps`` updates from ``start_decay_step``,
 gradient norm clipped to ``grad_bound``. The candidates (single devices) and the warm start are
 evaluated first and the best placement seen is kept; the warm start is not imitated (the published
 planner has no such step).
@@ -70,8 +72,10 @@ class HierarchicalPlanner(nn.Module):
         return c * torch.tanh(logits) if c > 0 else logits
 
     def place(self, emb: torch.Tensor, allowed: torch.Tensor, actions: torch.Tensor | None = None,
-              generator: torch.Generator | None = None, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(device per group, summed log prob). ``actions`` given: score them instead of sampling."""
+              generator: torch.Generator | None = None, greedy: bool = False,
+              noise: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(device per group, summed log prob). ``actions`` given: score them instead of sampling.
+        ``noise``: Gaussian noise of this many times the logits' RMS added after the tanh clip."""
         enc, (hn, cn) = self.encoder(emb[None])
         enc = enc[0]  # groups x h
         keys = self.attn_enc(enc)
@@ -85,6 +89,9 @@ class HierarchicalPlanner(nn.Module):
             score = self.attn_v(torch.tanh(keys + self.attn_dec(h))).squeeze(-1)
             ctx = torch.softmax(score, 0) @ enc
             logits = self._clip(self.out(torch.cat([h[0], ctx])))
+            if noise:
+                rms = logits.detach().pow(2).mean().sqrt()
+                logits = logits + torch.randn(logits.shape, generator=generator) * (noise * rms)
             logits = logits.masked_fill(~allowed[i], _MASKED)
             if actions is not None:
                 a = actions[i]
@@ -154,7 +161,7 @@ def train_rnn(lg: LearnGraph, problem, evaluate, cfg: RnnConfig = RnnConfig(),
 
 def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> TrainResult:
     nd = lg.n_devices
-    n_groups = cfg.groups or min(256, 20 * nd)
+    n_groups = cfg.groups or max(1, min(256, 20 * nd, lg.n_nodes))
     run = TrainingRun(None, evaluate, TrainConfig.budget_of(cfg))
     tables = _Tables(lg, problem, n_groups)
     with torch.random.fork_rng(devices=[]):
@@ -188,7 +195,8 @@ def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> Tra
             glog = torch.log_softmax(gl, dim=1)
             group_of = torch.multinomial(glog.exp(), 1, generator=gen).squeeze(1)
             emb, allowed = tables.embed(group_of.numpy())
-            gdev, logp = net.place(emb, allowed, generator=gen)
+            noisy = cfg.logits_noise if step < cfg.noise_steps else 0.0
+            gdev, logp = net.place(emb, allowed, generator=gen, noise=noisy)
             lat = run.score(lg.group_devices(tables.node_devices(group_of.numpy(), gdev.numpy())), "sample")
             run.samples += 1
             worst = max(run.worst, 1e-12)
@@ -196,14 +204,18 @@ def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> Tra
             baseline = r if baseline is None else cfg.baseline_decay * baseline + (1 - cfg.baseline_decay) * r
             adv = r - baseline
             if adv != 0.0:
-                loss = adv * (logp + glog[torch.arange(group_of.shape[0]), group_of].sum())
-                opt.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_bound)
-                opt.step()
+                _update(net, opt, adv * (logp + glog[torch.arange(group_of.shape[0]), group_of].sum()), cfg.grad_bound)
     except StopTraining as s:
         stopped = s.why
     return TrainResult(best_device_of=run.best_device_of, best_latency=run.best_latency,
                        best_source=run.best_source, evaluations=run.evaluations, samples=run.samples,
                        failures=run.failures, episodes=run.samples, seconds=now() - run.t0, groups=n_groups,
                        stopped=stopped, curve=run.curve, top=run.top(cfg.top))
+
+
+def _update(net: HierarchicalPlanner, opt, loss: torch.Tensor, grad_bound: float) -> None:
+    """One REINFORCE step of both policies on ``loss``, the gradient norm clipped to ``grad_bound``."""
+    opt.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(net.parameters(), grad_bound)
+    opt.step()

@@ -205,15 +205,15 @@ class Placeto(PlacerOptions, tag="placeto"):
 
 class RnnPlacer(PlacerOptions, tag="rnn-placer"):
     """The hierarchical RNN placer (Mirhoseini et al. 2018), a learned baseline of the HSDAG paper
-    (hdp/learn/rnn.py). Trained on the simulator; defaults are the published hyper-parameters
-    (:class:`hdp.learn.config.RnnConfig`)."""
+    (hdp/learn/rnn.py). Trained on the simulator; defaults are the published hyper-parameters but
+    the learning rate (:class:`hdp.learn.config.RnnConfig` says why)."""
 
     budget: NonNegative = 120.0  # seconds for the whole placement, 0 = no limit
     placements: Count = 0  # max placements evaluated, 0 = no limit
     steps: AtLeastOne = 100_000
-    groups: Count = 0  # 0 = min(256, 20 x devices)
+    groups: Count = 0  # 0 = min(256, 20 x devices, nodes)
     hidden: Hidden = 512
-    lr: LearningRate = 0.1
+    lr: LearningRate = 1e-3  # published: 0.1, which collapses (hdp.learn.config.RnnConfig)
     warm_start: str = "none"  # none | a placer name (not a learned one): evaluated first, kept if best
     needs = ("costs", "features", "coarse")
     seeded = True
