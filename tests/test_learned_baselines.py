@@ -2,7 +2,8 @@
 harness shared by the three learned placers, and policy reuse (zero-shot HSDAG).
 
 Small hand-built problems with a known optimum (tests/test_learn.py's chain of blocks whose fast
-device alternates), the simulator or test_learn's reference latency as the cost, fixed seeds.
+device alternates; its optimum by brute force over the simulator), the simulator or test_learn's
+reference latency as the cost, fixed seeds.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import torch  # noqa: F401,E402  (hard dependency: fail loudly, never skip)
 
 from hdp.learn.config import PlacetoConfig, RnnConfig  # noqa: E402
 from hdp.learn.graph import build_learn_graph  # noqa: E402
-from hdp.learn.harness import (Budget, learn, objective_cost, objective_problem, time_to_best,  # noqa: E402
-                               train_on_models, zero_shot)
+from hdp.learn.harness import (Budget, candidates_of, learn, objective_cost, objective_problem,  # noqa: E402
+                               problem_cost, time_to_best, train_on_models, zero_shot)
 from hdp.learn.placeto import train_placeto  # noqa: E402
 from hdp.learn.rnn import train_rnn  # noqa: E402
-from test_learn import DEV2, blocks_module, brute_force, chain_optimum, make_module, reference  # noqa: E402
+from hdp.learn.trainer import StopTraining  # noqa: E402
+from hdp.placement.simulate import Simulator  # noqa: E402
+from test_learn import DEV2, blocks_module, chain_optimum, make_module, reference  # noqa: E402
 
 
 def _setup(n=12, block=3, seed=0):
@@ -32,28 +35,100 @@ def _setup(n=12, block=3, seed=0):
 
 # --- the optimum within the budget --------------------------------------------------------------
 
-@pytest.mark.slow
-def test_placeto_finds_the_known_optimum_within_its_budget():
-    m, p, lg = _setup()
-    opt = brute_force(m)  # 4,096 placements; the budget below evaluates 400 (a random search finds
-    # the optimum within 400 with probability 1 - (1 - 1/4096)^400 = 9 %)
-    r = train_placeto(lg, p, reference(m), PlacetoConfig(max_placements=400, seed=0))
-    assert r.best_latency == pytest.approx(opt)
-    assert r.evaluations <= 400 and r.best_source in ("sample", "start")
+def _alternating_chain():
+    """16 ops in blocks of 4 whose fast device alternates (3x faster): 2^16 placements; the
+    optimum (each block on its fast device) costs half of either single device."""
+    m = blocks_module(n=16, block=4)
+    return m, build_problem(m, DEV2)
 
 
-@pytest.mark.slow
+def _brute_force(p) -> tuple[float, float]:
+    """(optimum, second best) of the simulator's latency over every device per tie group."""
+    k = p.n_groups
+    every = (np.arange(2**k)[:, None] >> np.arange(k)) & 1
+    c = np.unique(Simulator(p).latencies(every))
+    return float(c[0]), float(c[1])
+
+
+def _stops_at(p, optimum: float):
+    """The simulator's latency, ending the run (StopTraining, as a budget does) once a placement at
+    the optimum has been evaluated: the run's evaluation count is then what finding it took."""
+    cost = problem_cost(p)
+
+    def evaluate(d):
+        c = cost(d)
+        if c <= optimum * (1 + 1e-9):
+            raise StopTraining("optimum")
+        return c
+
+    return evaluate
+
+
+def _finds_the_optimum(run, frozen_update, monkeypatch, budget=1000):
+    """``run(evaluate, evaluations)`` (a learner from the single-device candidates, no warm start)
+    evaluates the brute-force optimum within ``budget``; the same run with its policy updates
+    (``frozen_update``: module, name) disabled, for as many evaluations, does not."""
+    m, p = _alternating_chain()
+    opt, second = _brute_force(p)
+    assert opt < 0.51 * min(Simulator(p).singles().values()) and second > 1.05 * opt
+    r = run(m, p, _stops_at(p, opt), budget)
+    assert r.stopped == "optimum" and r.evaluations <= budget, (r.stopped, r.evaluations, r.best_latency / opt)
+    monkeypatch.setattr(*frozen_update, lambda *a, **k: None)
+    frozen = run(m, p, _stops_at(p, opt), r.evaluations)
+    assert frozen.stopped != "optimum" and frozen.best_latency >= second
+    return r
+
+
+def test_placeto_finds_the_known_optimum_within_its_budget(monkeypatch):
+    """Placeto with its published hyper-parameters, through the harness with the table's budget
+    (1,000 evaluations; measured on seeds 0-7: the optimum after 257-485). A random search of 1,000
+    of the 65,536 placements finds it with probability 1.5 %; Placeto's own policy, frozen, does
+    not within the evaluations the trained one needed."""
+    import hdp.learn.placeto as placeto
+
+    def run(m, p, evaluate, evaluations):
+        return learn("placeto", m, p, evaluate, Budget(evaluations=evaluations), seed=0)
+
+    _finds_the_optimum(run, (placeto, "_update"), monkeypatch)
+
+
+def _rnn_learns_and_finds_the_optimum(**cfg):
+    """The hierarchical planner, 700 placements from the single-device candidates: it evaluates the
+    brute-force optimum within 1,000 evaluations, and what it samples in its last 100 placements
+    is at least 20 % faster than its first 100 (a frozen policy samples alike throughout; with
+    the update's sign reversed, measured, the ratio rises to 1.25-1.30 and seed 0 misses the
+    optimum)."""
+    m, p = _alternating_chain()
+    opt, second = _brute_force(p)
+    cost, seen = problem_cost(p), []
+
+    def evaluate(d):
+        seen.append(cost(d))
+        return seen[-1]
+
+    r = train_rnn(build_learn_graph(m, p), p, evaluate, RnnConfig(steps=700, groups=4, **cfg), None,
+                  candidates_of(p))
+    found = next((i + 1 for i, c in enumerate(seen) if c <= opt * (1 + 1e-9)), None)
+    assert found is not None and found <= 1000 and r.best_latency == pytest.approx(opt)
+    sampled = [x["latency_s"] for x in r.curve if x["source"] == "sample"]
+    assert len(sampled) == 700 and np.mean(sampled[-100:]) < 0.8 * np.mean(sampled[:100])
+
+
 def test_rnn_placer_finds_the_known_optimum_within_its_budget():
-    """Two deviations from the published settings, both measured: with lr 0.1 the grouper collapses
-    onto one group within ~100 updates (20 distinct placements in 586, 1.50x the optimum here), so
-    lr 1e-3; hidden 64 instead of 512 to keep the test short. On the 12-op chain it does not find
-    the optimum within 400 evaluations (1.58x); here 256 placements and 150 evaluations, where a
-    random search succeeds with probability 44 %: an end-to-end check more than proof of learning."""
-    m, p, lg = _setup(n=8, block=2)
-    opt = brute_force(m)
-    r = train_rnn(lg, p, reference(m), RnnConfig(max_placements=150, hidden=64, lr=1e-3, seed=0))
-    assert r.best_latency == pytest.approx(opt)
-    assert r.evaluations <= 150 and r.best_source == "sample"
+    """The hierarchical planner with its defaults (the published ones, lr 1e-3: hdp.learn.config.
+    RnnConfig says why) but two: 4 groups, as the table's graphs have 5-16 nodes per group (the
+    published 20 x devices = 40 is meant for thousands of ops and leaves each of these 16 nodes
+    alone: measured, it then learns nothing in 2,000 placements), and width 64 for time (the
+    published 512: the test below). Measured on seeds 0-5: the optimum after 315-596 evaluations,
+    the last 100 placements 0.67-0.69 of the first 100 (seeds 0, 1)."""
+    _rnn_learns_and_finds_the_optimum(hidden=64, seed=0)
+
+
+@pytest.mark.slow
+def test_rnn_placer_at_its_published_width_finds_the_known_optimum():
+    """As above at width 512 (slow: about 40 ms per placement here; measured on seeds 0-5: 5 reach
+    the optimum, after 237-377 evaluations, one does not within 1,000)."""
+    _rnn_learns_and_finds_the_optimum(seed=0)
 
 
 @pytest.mark.parametrize("trainer,cfg", [(train_placeto, PlacetoConfig(max_placements=60)),
