@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--cold-kernels", action="store_true", help="no Numba kernel cache: every run compiles them")
     ap.add_argument("--floor-sizes", default="", help="only time OpenVINO's compile of the chain at these lengths")
+    ap.add_argument("--no-check", action="store_true", help="hdp compile --no-check (the passes alone)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
@@ -103,7 +104,8 @@ def main() -> None:
             try:
                 p = subprocess.run([sys.executable, "-m", "hdp", "compile", str(xml), "-o", str(work / f"p{i}.xml"),
                                     "--target", a.target, "--method", a.method, "--no-compare", "-q",
-                                    "--cache-dir", str(work / f"cache{i}"), "--timings", str(tim)],
+                                    "--cache-dir", str(work / f"cache{i}"), "--timings", str(tim)]
+                                   + (["--no-check"] if a.no_check else []),
                                    capture_output=True, text=True, env=env, timeout=a.timeout)
             except subprocess.TimeoutExpired:  # (hdp is killed; its workers follow it, as tested elsewhere)
                 raise SystemExit(f"hdp compile: no result after {a.timeout:.0f} s (run {i + 1}, load average "
@@ -120,7 +122,7 @@ def main() -> None:
     loads.append(os.getloadavg()[0])
     kind = "one shared Constant" if a.shared else "a Constant per Add"
     print(f"hdp compile of a {a.ops}-op Relu/Add chain ({kind}) --target {a.target} --method {a.method} "
-          f"--no-compare, {a.reps} runs from empty caches, load average {min(loads):.1f}-{max(loads):.1f} on "
+          f"--no-compare{' --no-check' if a.no_check else ''}, {a.reps} runs from empty caches, load average {min(loads):.1f}-{max(loads):.1f} on "
           f"{os.cpu_count()} cores, " + ("Numba kernels compiled in every run" if a.cold_kernels else
                                          f"Numba kernels compiled before the runs ({warm:.1f} s)")
           + "; seconds, median [min-max]:\n")
