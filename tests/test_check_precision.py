@@ -121,3 +121,52 @@ def test_hdp_compile_on_reduced_precision_devices_writes_a_placement(cancel_xml,
     assert "fails the check" not in r.output and "fell back" not in r.output, r.output
     assert "of its least precise device alone" in r.output, r.output
     assert out.exists()
+
+
+class _InProcess:
+    """The worker's handlers called in this process (so a test can see what they do)."""
+
+    def __init__(self):
+        from hdp.runtime.worker import Worker
+
+        self.worker, self.alive = Worker(), True
+
+    def call(self, req, timeout):
+        return self.worker.handle(req)
+
+    def send(self, req):
+        self.worker.handle(req)
+
+    def close(self, kill=False):
+        self.alive = False
+
+
+def test_a_placement_on_one_device_is_its_own_precision_without_a_second_compile(cancel_xml, monkeypatch):
+    """All ops on CPU_B is CPU_B running the model alone: its error is that device's floor as it
+    is, where the check used to compile the whole model on CPU_B once more to find the same number
+    (a third full compile of the 20,000-op chain whenever heft put it on CPU_B)."""
+    from hdp.ir.openvino_frontend import lower
+    from hdp.ir.specialise import parse_request
+    from hdp.runtime.measure import Measurer
+    from hdp.runtime.target import load_target
+    from hdp.runtime.worker import Worker
+
+    asked = []
+    real = Worker._device_errors
+
+    def counted(self, runs, devices):
+        asked.append(sorted(devices))
+        return real(self, runs, devices)
+
+    monkeypatch.setattr(Worker, "_device_errors", counted)
+    module = lower(cancel_xml, parse_request([]))
+    names = [op.name for op in module.graph.ops]
+    devices = ("CPU", "CPU_B")
+    with Measurer(module, load_target("virtual"), runs=1, warmup=0, cache=False, worker=_InProcess()) as m:
+        one = m.check(np.ones(len(names), np.int16), devices, tolerance=TOLERANCE_REDUCED)
+        assert one["max_error"] > TOLERANCE_REDUCED and one["device_errors"] == {"CPU_B": one["max_error"]}
+        assert not asked
+        split = np.array([1 if name in ("x", "b") else 0 for name in names], np.int16)
+        both = m.check(split, devices, tolerance=TOLERANCE_REDUCED)
+        assert asked == [["CPU", "CPU_B"]] and set(both["device_errors"]) == {"CPU", "CPU_B"}
+        assert both["device_errors"]["CPU_B"] == pytest.approx(one["max_error"], rel=1e-6)
