@@ -234,6 +234,41 @@ def test_repair_places_again_with_the_partition_pass_found_by_type(branchy_xml, 
     assert not any(r["cache_hit"] for r in timing.rows[-3:-1])  # new ties: new keys
 
 
+def test_a_failed_placement_is_not_checked_again_as_a_fallback():
+    """A placement with every op on one device that fails its check (a compile that timed out, say)
+    is not checked a second time when the fallback comes to that same device: each check of the
+    20,000-op chain sharing one Constant costs the check's whole timeout."""
+    import numpy as np
+
+    from hdp.errors import InputError
+    from hdp.passes.manager import PassManager
+    from hdp.pipeline import make_pass
+    from hdp.runtime.verify import CheckResult, verify_and_repair
+    from hdp.synth import random_module
+
+    t = load_target("i9-flex170")
+    module = PassManager([make_pass("support", {"target": t}), make_pass("profile", {"target": t}),
+                          make_pass("partition", {"target": t, "method": "single:CPU"}),
+                          make_pass("assign", {})]).run(random_module(30))
+
+    class Failing:
+        def __init__(self):
+            self.seen = []
+
+        def check_module(self, m):
+            self.seen.append(tuple(np.unique(m.placement.device_of.numpy()).tolist()))
+            return CheckResult(passed=False, error="timed out after 300 s; worker killed")
+
+        def check(self, device_of, devices):
+            self.seen.append(tuple(np.unique(device_of).tolist()))
+            return CheckResult(passed=False, error="timed out after 300 s; worker killed")
+
+    checker = Failing()
+    with pytest.raises(InputError, match="every op on GPU fails the check: timed out.*every op on CPU fails"):
+        verify_and_repair(module, t, lambda m, ties: m, checker)
+    assert checker.seen.count((0,)) == 1 and checker.seen.count((1,)) == 1, checker.seen
+
+
 def test_timing_nests():
     t = Timing()
     t.before("check", "")

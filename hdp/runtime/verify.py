@@ -306,7 +306,18 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
 
     deadline = time.monotonic() + budget
     ties: tuple = tuple(map(tuple, module.partition.extra_ties.numpy())) if module.partition.extra_ties is not None else ()
-    out = Verified(module=module, result=checker.check_module(module))
+    failed_before: dict[bytes, CheckResult] = {}  # device per op -> its failed check (never checked twice)
+
+    def check(m: Module) -> CheckResult:
+        key = np.asarray(m.placement.device_of.numpy(), np.int16).tobytes()
+        if key in failed_before:
+            return failed_before[key]
+        result = checker.check_module(m)
+        if not result.passed:
+            failed_before[key] = result
+        return result
+
+    out = Verified(module=module, result=check(module))
     first_error = out.result.error
     for _ in range(rounds):
         if out.result.passed:
@@ -342,7 +353,7 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
             f"({len(new)} ties), because: {out.result.error}")
         ties = tuple(sorted(set(ties) | set(new)))
         out.module = replace(out.module, ties)
-        out.result = checker.check_module(out.module)
+        out.result = check(out.module)
     if out.result.passed:
         return out
     problem = problem_of(out.module, out.module.placement.devices, ties)
@@ -371,7 +382,7 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
             info.update({k: str(v) for k, v in Simulator(problem).report(single).items()})
         module = out.module.replace(placement=Placement(method=pl.method, devices=pl.devices,
                                                         device_of=Array.of(dev, np.int16), info=info))
-        result = checker.check_module(module)
+        result = check(module)  # (a placement already on that device alone is not checked again)
         if result.passed:
             out.module, out.result, out.fallback = module, result, problem.devices[base_dev]
             if failed:
