@@ -21,6 +21,7 @@ Zoo models are generated (random weights, nothing downloaded) into ``--zoo-cache
 
     python bench/profile_chunks.py --chunk 64                      # ~15 min on 2 cores
     python bench/profile_chunks.py --models resnet50,gpt2:stateful --chunk 256
+    python bench/profile_chunks.py --models "" --chains 2000,20000
 """
 
 from __future__ import annotations
@@ -55,9 +56,12 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=256, help="ops per chunk")
     ap.add_argument("--target", default="virtual")
     ap.add_argument("--zoo-cache", default="/tmp/hdp-bench-zoo")
+    ap.add_argument("--chains", default="", help="also Relu/Add chains of these lengths, a Constant per Add (the "
+                    "chain sharing one Constant does not compile whole)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "tests"))
     os.environ.setdefault("XDG_CACHE_HOME", str(Path(a.zoo_cache) / "xdg"))  # leave ~/.cache/hdp alone
     import numpy as np
 
@@ -79,8 +83,18 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f} at the start on {os.cpu_count()} cores\n", flush=True)
     print("| model | ops | chunks (measured) | whole s | chunked s | device | wall C/W | op diff W-W | op diff W-C "
           "| optimal |\n|---|---:|---:|---:|---:|---|---:|---:|---:|---:|", flush=True)
-    for label in _split(a.models):
-        m = lower(zoo.cached(label, work))
+    import hostile
+
+    items = [(label, None) for label in _split(a.models)] + \
+        [(f"chain {int(n):,} (a Constant per Add)", int(n)) for n in a.chains.split(",") if n.strip()]
+    for label, chain in items:
+        if chain is None:
+            xml = zoo.cached(label, work)
+        else:
+            xml = work / f"chain-{chain}-own.xml"
+            if not xml.exists():
+                hostile.save(hostile.chain_model(chain, shared=False), xml)
+        m = lower(xml)
         m = PassManager([make_pass("support", {"target": target})]).run(m)
         costed = ~zero_cost_ops(m.graph)
         runs: dict[str, list] = {"W": [], "C": []}
