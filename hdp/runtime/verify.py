@@ -389,4 +389,8 @@ def verify_and_repair(module: Module, target: Target, replace: Callable[[Module,
                 out.lines.append(f"fell back past {'; '.join(failed)}")
             return out
         failed.append(f"every op on {problem.devices[base_dev]} fails the check: {result.error}")
-    raise InputError(f"even {'; '.join(failed)}")
+    hint = ""
+    if failed and all("timed out" in f for f in failed):  # OpenVINO's own compile, not the placement
+        hint = (" (no check finished in time: the model itself may take OpenVINO longer to compile; "
+                "raise --timeout, or write the placement unchecked with --no-check)")
+    raise InputError(f"even {'; '.join(failed)}{hint}")
