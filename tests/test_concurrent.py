@@ -503,3 +503,55 @@ def test_hdp_compile_execution_concurrent(tmp_path):
     assert len([x for x in r.output.splitlines() if "error" in x]) == 1
     r = CliRunner().invoke(main, args + ["--method", "heft", "--objective", "throughput"])
     assert r.exit_code == 2 and "not with --objective throughput" in r.output
+
+
+def _thread_ticks() -> dict[str, int]:
+    """CPU clock ticks (user + system) spent so far by each thread of this process."""
+    import os
+
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        out[tid] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def test_a_split_under_hetero_keeps_each_device_to_its_thread_cap(tmp_path):
+    """HETERO compiles a split model's subgraphs with exclusive async requests, which make the CPU
+    plugin ignore ``INFERENCE_NUM_THREADS``: on ``virtual-2x1`` (two 1-thread devices) each half of
+    a chain ran on both cores (CPU time 2.0x wall). With hetero_config's override, each subgraph
+    runs on one thread: one thread of the process does (nearly) all the work of a chain that
+    depends on itself end to end (without the override, 4 of 37 ticks on a second thread with the
+    host busy, half of them on a quiet one: OpenVINO's threads steal work from a thread that waits
+    for a core, so a very busy host can hide the second thread, never invent one)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    x = h = ops.parameter([64, 1024], np.float32, name="x")
+    for i in range(12):
+        h = _mm(h, rng, 1024, f"{'b' if i >= 6 else 'a'}{i}")
+    ov.save_model(ov.Model([ops.result(h, name="y")], [x], "chain"), tmp_path / "chain.xml")
+    m = lower(tmp_path / "chain.xml")
+    dev = np.array([1 if op.name.startswith("b") else 0 for op in m.graph.ops], np.int16)
+    t = load_target("virtual-2x1")
+    out = write_placed(m.replace(placement=Placement("test", ("CPU", "CPU_B"), Array.of(dev))), tmp_path / "p.xml", t)
+    compiled = compile_placed(out, t)
+    assert list(compiled.get_property("EXECUTION_DEVICES")) == ["CPU", "CPU_B"]
+    req = compiled.create_infer_request()
+    feed = {0: rng.standard_normal((64, 1024)).astype(np.float32)}
+    req.infer(feed)
+    before = _thread_ticks()
+    for _ in range(40):
+        req.infer(feed)
+    spent = {tid: n - before.get(tid, 0) for tid, n in _thread_ticks().items()}
+    total = sum(spent.values())
+    busy = sorted((n for n in spent.values() if n >= 0.05 * total), reverse=True)
+    assert total >= 20, f"only {total} ticks measured"
+    assert len(busy) == 1, f"{len(busy)} threads each did 5 % of the work or more: {busy} of {total} ticks"
+    np.testing.assert_allclose(req.get_output_tensor(0).data,
+                               reference(ov.Core().read_model(tmp_path / "chain.xml"), feed)[0], **EXACT)

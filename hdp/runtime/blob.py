@@ -134,7 +134,7 @@ def export_blob(xml: str | os.PathLike, out: str | os.PathLike, target: Target |
 
     from hdp.fsutil import atomic_write
     from hdp.ir.specialise import Specialisation
-    from hdp.runtime.devices import hetero_name, make_core, plugin_library
+    from hdp.runtime.devices import hetero_config, hetero_name, make_core, plugin_library
     from hdp.runtime.placed import model_info, compile_placed, read_placed
     from hdp.runtime.worker import ov_message
 
@@ -150,7 +150,7 @@ def export_blob(xml: str | os.PathLike, out: str | os.PathLike, target: Target |
     try:
         data = compiled.export_model().getvalue()
         expected = _seeded_run(compiled, spec)
-        again = core.import_model(data, device)
+        again = core.import_model(data, device, hetero_config(t, used))
         got = _seeded_run(again, spec)
     except RuntimeError as e:
         raise InputError(f"{xml}: cannot export the compiled placement: {ov_message(e)}") from None
@@ -238,6 +238,13 @@ def host_status(rec: BlobRecord, available: list[str]) -> dict[str, str]:
     return {d.name: device_status(rec.target_of().device(d.name), available) for d in rec.devices}
 
 
+def _import_properties(rec: BlobRecord) -> str:
+    """The properties argument of ``import_model`` for a blob whose devices cap their threads (see
+    :func:`hdp.runtime.devices.hetero_config`), as Python text; empty when none does."""
+    capped = {d.name: {"EXCLUSIVE_ASYNC_REQUESTS": "NO"} for d in rec.devices if "INFERENCE_NUM_THREADS" in d.config}
+    return f", {{'DEVICE_PROPERTIES': {capped}}}" if capped else ""
+
+
 def describe_blob(blob: str | os.PathLike) -> str:
     """``hdp show placed.blob``: the device string, every device with what importing it needs
     (register an alias, set its config), whether this host has it, and the blob's inputs."""
@@ -250,7 +257,7 @@ def describe_blob(blob: str | os.PathLike) -> str:
              + (f" (this host: {ov.get_version()}; import needs the same version)"
                 if rec.openvino != ov.get_version() else ""),
              f"from {rec.source} ({rec.method} on {rec.target})" if rec.source else "",
-             f"import: core.import_model(data, \"{rec.device}\")",
+             f"import: core.import_model(data, \"{rec.device}\"{_import_properties(rec)})",
              "devices (register and configure each before import_model):"]
     for d in rec.devices:
         cfg = f"core.set_property(\"{d.name}\", {dict(d.config)})" if d.config else "no config"

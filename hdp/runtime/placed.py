@@ -284,7 +284,7 @@ def compile_placed(xml: str | os.PathLike, target: Target | None = None, config:
     compiled one by one and run at once, used like a compiled model."""
     if execution not in EXECUTIONS:
         raise InputError(f"execution must be one of {', '.join(EXECUTIONS)}, got '{execution}'")
-    from hdp.runtime.devices import hetero_name, make_core
+    from hdp.runtime.devices import hetero_config, hetero_name, make_core
 
     pm = placed or read_placed(xml)
     t = target or pm.target
@@ -306,6 +306,6 @@ def compile_placed(xml: str | os.PathLike, target: Target | None = None, config:
 
         return compile_concurrent(pm.model, t, core, devices, config, source=str(xml))
     try:
-        return core.compile_model(pm.model, hetero_name(devices), dict(config or {}))
+        return core.compile_model(pm.model, hetero_name(devices), hetero_config(t, devices, config))
     except RuntimeError as e:
         raise InputError(f"{xml}: HETERO compile failed: {str(e).strip().splitlines()[-1]}") from None

@@ -223,7 +223,7 @@ def check_generation(placed_xml, original_xml, target: Target | None = None, ste
     import openvino as ov
 
     from hdp import zoo
-    from hdp.runtime.devices import hetero_name, make_core
+    from hdp.runtime.devices import hetero_config, hetero_name, make_core
     from hdp.runtime.placed import read_placed
 
     pm = read_placed(placed_xml)
@@ -254,7 +254,7 @@ def check_generation(placed_xml, original_xml, target: Target | None = None, ste
             continue
         floor = max(floor, alone if np.isfinite(alone) else 0.0)
     tol = calibrated(tolerance(tgt, pm.used, stateful=True), [floor])
-    return GenerationCheck(errors=errors(core.compile_model(pm.model, hetero_name(devices))), tolerance=tol,
+    return GenerationCheck(errors=errors(core.compile_model(pm.model, hetero_name(devices), hetero_config(check_tgt, devices))), tolerance=tol,
                            floor=floor, used=list(pm.used))
 
 

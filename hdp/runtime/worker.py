@@ -340,7 +340,7 @@ class Worker:
         return self._compile_as(model, used, execution)
 
     def _compile_as(self, model, used: list[str], execution: str):
-        from hdp.runtime.devices import hetero_name
+        from hdp.runtime.devices import hetero_config, hetero_name
 
         core = self.core(tuple(used))
         t0 = time.perf_counter()
@@ -354,12 +354,12 @@ class Worker:
             for d in pinned:
                 core.set_property(d, {"ENABLE_CPU_PINNING": "NO"})
             try:
-                compiled = core.compile_model(model, hetero_name(used), {})
+                compiled = core.compile_model(model, hetero_name(used), hetero_config(self.target, used))
             finally:
                 for d in pinned:
                     core.set_property(d, {"ENABLE_CPU_PINNING": "YES"})
         else:
-            compiled = core.compile_model(model, hetero_name(used), {})
+            compiled = core.compile_model(model, hetero_name(used), hetero_config(self.target, used))
         return compiled, time.perf_counter() - t0
 
     def measure(self, req: P.Measure) -> P.Timed:
@@ -557,13 +557,14 @@ class Worker:
         import openvino as ov
 
         from hdp.ir import specialise as sp
-        from hdp.runtime.devices import make_core
+        from hdp.runtime.devices import hetero_config, make_core
 
         target = req.target
         core = make_core(target, list(target.device_names))  # InputError: absent here
         t0 = time.perf_counter()
         with open(req.blob, "rb") as f:
-            compiled = core.import_model(f.read(), req.device)
+            used = req.device.partition(":")[2].split(",") if req.device.startswith("HETERO:") else []
+            compiled = core.import_model(f.read(), req.device, hetero_config(target, used))
         import_s = time.perf_counter() - t0
         spec = sp.Specialisation.from_json(req.spec, req.blob) if req.spec else None
         ireq = compiled.create_infer_request()
