@@ -431,9 +431,10 @@ def build(target, observations: Sequence[Observation], executor: ExecutorCosts |
 
 
 #: The range of a plausible correction (α of a profile, δ of a device): a fit outside it explains the
-#: measurements by something the simulator does not model (measured on virtual-2x1: HETERO runs a
-#: two-device split of ResNet-50 with both host cores busy, 17.0 ms against 31.4 ms on one device, so
-#: the fit gave α 98.5 and CPU_B x0.59, and every throughput estimate from it was 2-4x off).
+#: measurements by something the simulator does not model (measured on virtual-2x1 before
+#: :func:`hdp.runtime.devices.hetero_config`: HETERO ran a two-device split of ResNet-50 with both host
+#: cores busy, 17.0 ms against 31.4 ms on one device, so the fit gave α 98.5 and CPU_B x0.59, and
+#: every throughput estimate from it was 2-4x off).
 PLAUSIBLE = (1 / 3, 3.0)
 
 
