@@ -107,9 +107,8 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
                    f"placements (largest difference {worst * 100:.1f} %)")
     odd = C.implausible(cal.models, cal.devices)
     if odd:
-        click.echo(f"not stored: the fit is implausible ({'; '.join(odd)}; a plausible correction lies within "
-                   f"x{C.PLAUSIBLE[0]:.2f}…x{C.PLAUSIBLE[1]:.0f}): the devices did not run the placements the "
-                   f"way they ran the profile, and compiles using this fit would be misled", err=True)
+        click.echo(f"not stored: the fit is implausible ({'; '.join(odd)}): the devices did not run the "
+                   f"placements the way they ran the profile, and compiles using this fit would be misled", err=True)
     elif store is not None:
         where = store.put(cal, tgt)
         click.echo(f"stored -> {where}")

@@ -94,11 +94,12 @@ def test_fit_recovers_known_parameters():
 
 
 def test_a_fit_outside_the_plausible_range_is_named_per_model_and_device():
-    ok = C.ModelScale(costs="a", model="resnet50", compute_scale=1.4, device_scale=(1.0, 0.8))
+    ok = C.ModelScale(costs="a", model="resnet50", compute_scale=0.3, device_scale=(1.0, 0.8))
+    tiny = C.ModelScale(costs="c", model="tiny", compute_scale=4.1, device_scale=(1.0, 1.0))
     odd = C.ModelScale(costs="b", model="mobilenet", compute_scale=0.01, device_scale=(1.0, 0.2))
-    assert C.implausible([ok], ["CPU", "CPU_B"]) == []
-    assert C.implausible([ok, odd], ["CPU", "CPU_B"]) == ["mobilenet: profile scale α 0.01",
-                                                          "mobilenet: device scale CPU_B x0.2"]
+    assert C.implausible([ok, tiny], ["CPU", "CPU_B"]) == []
+    assert C.implausible([ok, odd], ["CPU", "CPU_B"]) == ["mobilenet: profile scale α 0.01 (plausible x0.1…x10)",
+                                                          "mobilenet: device scale CPU_B x0.2 (plausible x0.33…x3)"]
 
 
 def test_fit_is_robust_to_a_few_outliers_and_ignores_held_out_placements():
