@@ -106,6 +106,23 @@ def test_optimal_equals_brute_force_under_caps_and_for_throughput(seed):
         optimal_matches_brute(p0.with_objective(obj).with_capacity(caps), m)
 
 
+def test_optimal_leaves_a_tenth_of_its_time_limit_for_what_follows_the_program(monkeypatch):
+    """``time_limit`` bounds the placement: the MILP (and the ILP) get 90 % of it, HETERO's state
+    rule and the report the rest (on llama-32l they ran 1-7 s past a program given the whole limit)."""
+    import hdp.placers.classical as classical
+
+    rng = np.random.default_rng(3)
+    m = random_module(rng, 9, 3, n_ties=1, ovh=0.0, const_frac=0.25, weights=True)
+    p0 = problem(m)
+    given = []
+    real_milp, real_ilp = classical.solve_constrained, classical._ilp
+    monkeypatch.setattr(classical, "solve_constrained", lambda p, pen, limit, gap: given.append(limit) or real_milp(p, pen, limit, gap))
+    monkeypatch.setattr(classical, "_ilp", lambda mod, limit, gap: given.append(limit) or real_ilp(mod, limit, gap))
+    place(Optimal(time_limit=20.0, margin=0.0), ctx_of(p0.with_objective(Throughput(requests=2)), m))
+    place(Optimal(time_limit=20.0, margin=0.0, solver="ilp"), ctx_of(p0, m))
+    assert given == [pytest.approx(18.0), pytest.approx(18.0)]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_heft_and_random_respect_caps_or_refuse_naming_the_device(seed):
     rng = np.random.default_rng(100 + seed)

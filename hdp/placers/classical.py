@@ -19,7 +19,9 @@ the pure compute + copy optimum.
 The min-cut is exact up to its integer capacities: scipy's max-flow keeps them in int32, so the
 finite costs are scaled to sum to 2^30 (rounding error ≤ half a unit per term). Options
 (:class:`~hdp.placers.options.Optimal`): ``boundary_penalty`` (seconds per copy, see above),
-``time_limit`` (ILP seconds, default 60; on timeout the best solution found is used, or the
+``time_limit`` (seconds for the placement as a whole, default 60: the ILP or MILP gets
+:data:`PROGRAM_SHARE` of it, the rest is left for what follows the program, HETERO's state rule and
+the report; on timeout the best solution found is used, or the
 better of "each op on its fastest device" and the best single device if none was), ``mip_gap``
 (ILP relative gap, default 1e-4). ``optimal:ilp`` forces the ILP with two devices. ``info``
 reports the objective, the gap and the simulated latency; the solve time goes to
@@ -425,6 +427,13 @@ def _first_single_if_as_good(p, m: _Model, gdev: np.ndarray, sim) -> np.ndarray:
     return gdev
 
 
+#: The share of ``time_limit`` the ILP / MILP may use. What follows it (HETERO's state rule,
+#: :func:`hdp.placement.subgraphs.untangle`, the singles and the report) took 1.0 s after a 10 s
+#: program on llama-32l (3,882 ops, 1,461 groups; quiet host) and up to 7 s at load 7-9, where a
+#: 60 s program made the placement last 61-70 s.
+PROGRAM_SHARE = 0.9
+
+
 def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
     """Exact optimum of the sequential cost model over tie groups: min-cut (2 devices) or ILP."""
     p = ctx.problem
@@ -437,6 +446,7 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
         raise InputError(f"optimal:mincut needs exactly 2 devices, the target has {p.n_devices}")
     m = _Model(p, penalty)
     t0 = _time.perf_counter()
+    limit = o.time_limit * PROGRAM_SHARE
     constrained = isinstance(p.objective, Throughput)
     if p.memory_binds and p.n_devices > 1 and not constrained:
         # the unconstrained optimum is worth trying first only when the caps may not bind: when every
@@ -445,12 +455,12 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
     if p.n_devices == 1:
         gdev, info = np.zeros(m.k, np.int64), {"solver": "trivial"}
     elif constrained:
-        gdev, info = solve_constrained(p, penalty, o.time_limit, o.mip_gap)
+        gdev, info = solve_constrained(p, penalty, limit, o.mip_gap)
     else:
-        gdev, info = _mincut(m) if solver == "mincut" else _ilp(m, o.time_limit, o.mip_gap)
+        gdev, info = _mincut(m) if solver == "mincut" else _ilp(m, limit, o.mip_gap)
         if p.memory_binds and not sim.feasible(gdev):  # the unconstrained optimum overfills a device
             over = sim.over(gdev)[0]
-            left = max(o.time_limit - (_time.perf_counter() - t0), 0.1 * o.time_limit)
+            left = max(limit - (_time.perf_counter() - t0), 0.1 * limit)
             gdev, info = solve_constrained(p, penalty, left, o.mip_gap)
             info["unconstrained"] = f"the unconstrained optimum needs {over[1]:.0f} bytes on {over[0]} (> {over[2]:.0f})"
             constrained = True

@@ -104,7 +104,7 @@ UNCALIBRATED_MARGIN = 0.15
 
 class Optimal(PlacerOptions, tag="optimal"):
     solver: Literal["", "mincut", "ilp"] = ""  # "" = mincut for 2 devices, ilp for more
-    time_limit: Positive = 60.0  # ILP seconds
+    time_limit: Positive = 60.0  # seconds for the placement, 90 % of them for the ILP / MILP
     mip_gap: Share = 1e-4  # ILP relative gap at which HiGHS stops
     boundary_penalty: NonNegative | None = None  # seconds per copy (default: the subgraph overhead)
     #: keep the best single device unless the optimum is predicted faster than it by more than this
