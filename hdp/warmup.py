@@ -12,17 +12,29 @@ import sys
 from hdp.jit import cache_dir
 
 
+def kernel_modules() -> list[str]:
+    """Every kernel module of hdp (``_kernels.py`` and ``_<concern>_kernels.py`` files, DESIGN.md §3),
+    found on disk, so a new one is warmed up and checked without being listed here."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    return sorted(".".join(("hdp",) + f.relative_to(root).with_suffix("").parts)
+                  for f in root.rglob("_*kernels.py") if f.stem == "_kernels" or f.stem.endswith("_kernels"))
+
+
 def kernels() -> dict:
     """Every Numba dispatcher of hdp's kernel modules, by ``package.name`` (``passes.in_degrees``)."""
-    from hdp.passes import _kernels as passes_kernels
-    from hdp.placement import _kernels as placement_kernels
+    import importlib
+
     from numba.core.registry import CPUDispatcher
 
     out = {}
-    for mod in (passes_kernels, placement_kernels):
+    for mod in map(importlib.import_module, kernel_modules()):
         for name, obj in vars(mod).items():
-            if isinstance(obj, CPUDispatcher):
-                out[f"{mod.__name__.rsplit('.', 2)[-2]}.{name}"] = obj
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == mod.__name__:
+                key = f"{mod.__name__.rsplit('.', 2)[-2]}.{name}"
+                assert key not in out, f"two kernels named {key}"
+                out[key] = obj
     return out
 
 

@@ -39,7 +39,10 @@ def test_kernels_cache_under_the_hdp_cache_dir(tmp_path):
 
 def test_every_kernel_is_a_cached_dispatcher():
     ks = kernels()
-    assert "passes.fractal_dimension" in ks and "placement.sequential_batch" in ks
+    # one per kernel module: the simulator's, the max-load objective's, HEFT's, the passes'
+    for name in ("passes.fractal_dimension", "placement.sequential_batch", "placement.ml_ideal_dp",
+                 "placers.heft_schedule_mem"):
+        assert name in ks, name
     for name, d in ks.items():
         assert d._cache._cache_path.startswith(cache_dir()), name
 

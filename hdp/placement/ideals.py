@@ -174,14 +174,14 @@ def contiguous_optimum(problem, ml, arrays, classes, bound=np.inf, max_ideals: i
     """The contiguous split of least max-load (see the module docstring); its ``value`` is the
     DP's own sum. ``arrays``: the problem as the max-load kernels' arrays (``time`` with ``inf``
     where a group may not run, ``gbytes``, ``cap``, ``paid``, tensors and ``g_ptr``/``g_tens``, see
-    :mod:`hdp.placement._kernels`); ``classes``: every device in a class of interchangeable ones
+    :mod:`hdp.placement._maxload_kernels`); ``classes``: every device in a class of interchangeable ones
     (:func:`hdp.placement.maxload.device_classes`). ``bound``: a max-load some contiguous split
     reaches (it prunes the walk; the result is found even when it equals it), or a function that
     computes one, called only when the DAG has :data:`SMALL` ideals or more. ``exact`` False
     when the DAG has more than ``max_ideals`` ideals (no split then) or the walk stopped after
     ``max_visits`` ideal pairs (the best split found so far, if any).
     :func:`hdp.placement.maxload.contiguous_split` gives it those arguments."""
-    from hdp.placement import _kernels as K
+    from hdp.placement import _maxload_kernels as K
 
     t0 = _time.perf_counter()
     dag = dag or pipeline_dag(problem, ml)

@@ -106,7 +106,7 @@ def symmetry_classes(problem, ml: MaxLoad) -> list[list[int]]:
 
 
 class _Arrays:
-    """The problem as the kernels' arrays (see the max-load section of :mod:`hdp.placement._kernels`)."""
+    """The problem as the kernels' arrays (see :mod:`hdp.placement._maxload_kernels`)."""
 
     def __init__(self, problem, ml: MaxLoad):
         st = problem.structure
@@ -129,7 +129,7 @@ class _Arrays:
         np.cumsum(np.bincount(g, minlength=problem.n_groups), out=self.g_ptr[1:])
 
     def local_search(self, gd, sweeps: int = 1000) -> tuple[np.ndarray, float]:
-        from hdp.placement import _kernels as K
+        from hdp.placement import _maxload_kernels as K
 
         dev = np.array(gd, np.int64)
         v = K.ml_local_search(dev, self.time, self.gbytes, self.cap, self.paid, self.t_prod, self.t_ptr, self.t_cons,
@@ -389,7 +389,7 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     into consecutive blocks, one block per device (a pipeline; devices may stay empty): dynamic
     programming over (blocks placed, devices used per class of interchangeable devices). None if
     no such split fits."""
-    from hdp.placement import _kernels as K
+    from hdp.placement import _maxload_kernels as K
 
     a = arrays or _Arrays(problem, ml)
     k = problem.n_groups

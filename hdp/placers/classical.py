@@ -57,7 +57,7 @@ import numpy as np
 from hdp.errors import InputError
 from hdp.placers import PlaceContext, Placed, note_time
 from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
-from hdp.placement import _kernels as K
+from hdp.placers import _kernels as K
 from hdp.placement.objective import Throughput
 from hdp.placement.simulate import Simulator
 from hdp.placers.constrained import solve as solve_constrained
