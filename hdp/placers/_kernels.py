@@ -38,38 +38,11 @@ def upward_rank(time, s_ptr, s_dst, s_cost):
 @njit(cache=True)
 def heft_schedule(order, time, zero, p_ptr, p_src, p_cost, dev):
     """Earliest-finish-time assignment in ``order`` (non-insertion); fills ``dev``, returns makespan."""
-    n, nd = time.shape
-    finish = np.zeros(n)
-    avail = np.zeros(nd)
-    end = 0.0
-    for j in range(n):
-        v = order[j]
-        best_d = -1
-        best_f = np.inf
-        for d in range(nd):
-            t = time[v, d]
-            if not np.isfinite(t):
-                continue
-            ready = 0.0
-            for k in range(p_ptr[v], p_ptr[v + 1]):
-                u = p_src[k]
-                a = finish[u] + (p_cost[k] if dev[u] != d else 0.0)
-                if a > ready:
-                    ready = a
-            if zero[v]:
-                f = ready
-            else:
-                f = (ready if ready > avail[d] else avail[d]) + t
-            if f < best_f or best_d < 0:
-                best_f = f
-                best_d = d
-        dev[v] = best_d
-        finish[v] = best_f
-        if not zero[v]:
-            avail[best_d] = best_f
-        if best_f > end:
-            end = best_f
-    return end
+    nd = time.shape[1]
+    none = np.empty((0, nd))  # no caps: the memory arguments are not read
+    return _earliest_finish(order, time, zero, p_ptr, p_src, p_cost, dev, False, none, np.empty(0),
+                            np.empty(0, np.int64), np.empty(0, np.int64), none, np.empty(0), np.empty(0),
+                            np.empty(0), np.empty(0), np.empty((0, nd), np.bool_))
 
 
 @njit(cache=True)
@@ -80,12 +53,21 @@ def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, 
     constant units ``u_bytes[u, d]``, once each) + ``peak`` (the largest activation). Returns the
     makespan, or ``-1 - v`` when group ``v`` fits no device (``dev`` then holds the groups placed so
     far); ``base``/``peak``/``unit_on`` are scratch."""
+    return _earliest_finish(order, time, zero, p_ptr, p_src, p_cost, dev, True, fixed, act, gu_ptr, gu_units,
+                            u_bytes, overhead, cap, base, peak, unit_on)
+
+
+@njit(cache=True)
+def _earliest_finish(order, time, zero, p_ptr, p_src, p_cost, dev, capped, fixed, act, gu_ptr, gu_units, u_bytes,
+                     overhead, cap, base, peak, unit_on):
+    """The list scheduling of both kernels above; the memory arguments are read only when ``capped``."""
     n, nd = time.shape
     finish = np.zeros(n)
     avail = np.zeros(nd)
-    base[:] = 0.0
-    peak[:] = -1.0
-    unit_on[:, :] = False
+    if capped:
+        base[:] = 0.0
+        peak[:] = -1.0
+        unit_on[:, :] = False
     end = 0.0
     for j in range(n):
         v = order[j]
@@ -95,15 +77,16 @@ def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, 
             t = time[v, d]
             if not np.isfinite(t):
                 continue
-            extra = fixed[v, d]
-            for k in range(gu_ptr[v], gu_ptr[v + 1]):
-                if not unit_on[gu_units[k], d]:
-                    extra += u_bytes[gu_units[k], d]
-            if peak[d] < 0.0:
-                extra += overhead[d]
-            pk = act[v] if act[v] > peak[d] else peak[d]
-            if base[d] + extra + pk > cap[d]:
-                continue
+            if capped:
+                extra = fixed[v, d]
+                for k in range(gu_ptr[v], gu_ptr[v + 1]):
+                    if not unit_on[gu_units[k], d]:
+                        extra += u_bytes[gu_units[k], d]
+                if peak[d] < 0.0:
+                    extra += overhead[d]
+                pk = act[v] if act[v] > peak[d] else peak[d]
+                if base[d] + extra + pk > cap[d]:
+                    continue
             ready = 0.0
             for k in range(p_ptr[v], p_ptr[v + 1]):
                 u = p_src[k]
@@ -117,21 +100,22 @@ def heft_schedule_mem(order, time, zero, p_ptr, p_src, p_cost, dev, fixed, act, 
             if f < best_f or best_d < 0:
                 best_f = f
                 best_d = d
-        if best_d < 0:
-            return -1.0 - v
+        if capped:
+            if best_d < 0:
+                return -1.0 - v
+            if peak[best_d] < 0.0:
+                base[best_d] += overhead[best_d]
+                peak[best_d] = 0.0
+            base[best_d] += fixed[v, best_d]
+            for k in range(gu_ptr[v], gu_ptr[v + 1]):
+                u = gu_units[k]
+                if not unit_on[u, best_d]:
+                    unit_on[u, best_d] = True
+                    base[best_d] += u_bytes[u, best_d]
+            if act[v] > peak[best_d]:
+                peak[best_d] = act[v]
         dev[v] = best_d
         finish[v] = best_f
-        if peak[best_d] < 0.0:
-            base[best_d] += overhead[best_d]
-            peak[best_d] = 0.0
-        base[best_d] += fixed[v, best_d]
-        for k in range(gu_ptr[v], gu_ptr[v + 1]):
-            u = gu_units[k]
-            if not unit_on[u, best_d]:
-                unit_on[u, best_d] = True
-                base[best_d] += u_bytes[u, best_d]
-        if act[v] > peak[best_d]:
-            peak[best_d] = act[v]
         if not zero[v]:
             avail[best_d] = best_f
         if best_f > end:
