@@ -42,6 +42,21 @@ def _union(parent, a, b):
             parent[ra] = rb
 
 
+@njit(cache=True, inline="always")
+def _root_labels(n, parent, label):
+    """Number the sets of the union-find forest ``parent`` 0, 1, … in the order of their smallest
+    member (each set's root, see :func:`_union`) into ``label``; returns their number."""
+    k = 0
+    for i in range(n):
+        r = _find(parent, i)
+        if r == i:
+            label[i] = k
+            k += 1
+        else:
+            label[i] = label[r]  # r < i: the root is the smallest member
+    return k
+
+
 @njit(cache=True)
 def effective_devices(dev, res_src, eff):
     """``eff[i]``: the device op ``i`` really runs on (a Result runs with its producer)."""
@@ -96,15 +111,7 @@ def _components(n, eff, u_src, u_dst, stage, in_scc, comp0, mode, parent, label)
         if mode == 2 and stage[u] != stage[v] and in_scc[comp0[u]]:
             continue
         _union(parent, u, v)
-    k = 0
-    for i in range(n):
-        r = _find(parent, i)
-        if r == i:
-            label[i] = k
-            k += 1
-        else:
-            label[i] = label[r]  # r < i: the root is the smallest member
-    return k
+    return _root_labels(n, parent, label)
 
 
 @njit(cache=True)
@@ -264,15 +271,7 @@ def concurrent_labels(eff, zero, u_src, u_dst, label, parent, fwd, bwd):
             continue
         if eff[u] == eff[v] and fwd[u] == fwd[v] and bwd[u] == bwd[v]:
             _union(parent, u, v)
-    k = 0
-    for i in range(n):
-        r = _find(parent, i)
-        if r == i:
-            label[i] = k
-            k += 1
-        else:
-            label[i] = label[r]
-    return k
+    return _root_labels(n, parent, label)
 
 
 @njit(cache=True)
