@@ -6,7 +6,7 @@ training) this prints and writes one row: their DP's max-load (its split, as the
 scored here), the human expert's (their ``human-experts/`` split; the inference split applied to
 the training graph through colour classes, as they do), and hdp's:
 
-- ``optimal``: :func:`hdp.placement.maxload.optimize` — the exact contiguous DP
+- ``optimal``: :func:`hdp.placement.maxload_search.optimize` — the exact contiguous DP
   (:mod:`hdp.placement.ideals`, its value and time reported on their own), heuristic pipelines,
   the multilevel MILP, then the MILP over every group asked to beat them, within ``--time-limit``
   seconds; its proven lower bound and gap;
@@ -80,7 +80,7 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
              methods=("optimal", "heuristic", "heft", "single")) -> dict:
     from hdp.costgraph import lower, max_load_data, problem_for, read
     from hdp.costgraph.peer import split_json
-    from hdp.placement import maxload as ML
+    from hdp.placement import maxload as ML, maxload_search as MS
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Heft
 
@@ -101,7 +101,7 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
 
     if "optimal" in methods:
         t0 = time.perf_counter()
-        s = ML.optimize(p, ml, time_limit=time_limit, seed=seed)
+        s = MS.optimize(p, ml, time_limit=time_limit, seed=seed)
         secs = time.perf_counter() - t0
         traj = s.info.get("trajectory", [])
         to_dp = next((t for t, v, _ in traj if dp_value is not None and v <= dp_value * (1 + 1e-9)), None)
@@ -113,7 +113,7 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
                                                                               "merged": cont.get("merged")})
     if "heuristic" in methods:
         t0 = time.perf_counter()
-        gd, _ = ML.heuristic(p, ml, seed=seed)
+        gd, _ = MS.heuristic(p, ml, seed=seed)
         record("heuristic", gd, time.perf_counter() - t0)
     if "auto" in methods:  # the default method, simulated (no target to measure on)
         from hdp.placers.options import method_from
@@ -138,7 +138,7 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
 
 def warm_up() -> None:
     from hdp.costgraph import lower, max_load_data, read
-    from hdp.placement import maxload as ML
+    from hdp.placement import maxload_search as MS
     from hdp.placement.problem import build_problem
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Heft
@@ -146,8 +146,8 @@ def warm_up() -> None:
     m = lower(read(Path(__file__).resolve().parents[1] / "tests/data/dnn_partitioning/bert24_inference.json"))
     p = build_problem(m)
     ml = max_load_data(p, m)
-    ML.heuristic(p, ml, restarts=1)
-    ML.contiguous_split(p, ml)
+    MS.heuristic(p, ml, restarts=1)
+    MS.contiguous_split(p, ml)
     place(Heft(), PlaceContext(module=m, problem=p))
 
 

@@ -6,7 +6,7 @@ Per round, one run of each, in a balanced rotating order (:func:`hdp.runtime.sta
 - ``their DP``: ``dp.exe < workload.json`` as a process, wall time (their reading, contractions,
   ideals and DP; the process start included);
 - ``hdp``: in this process, with its kernels compiled and loaded (a library user's or a server's
-  case): read the JSON, lower it, build the problem and run :func:`hdp.placement.maxload.contiguous_split`
+  case): read the JSON, lower it, build the problem and run :func:`hdp.placement.maxload_search.contiguous_split`
   (the first stage of ``hdp place --method optimal``), until hdp holds a split no worse than
   their DP's. Each hdp split is checked against the DP's value, scored by hdp's pricing.
 
@@ -45,13 +45,13 @@ def their_dp(exe: str, wf: Path, timeout: float) -> tuple[float, dict | None]:
 
 def hdp_run(wf: Path) -> tuple[float, float, dict]:
     from hdp.costgraph import lower, max_load_data, problem_for, read
-    from hdp.placement import maxload as ML
+    from hdp.placement import maxload_search as MS
 
     t0 = time.perf_counter()
     m = lower(read(wf, "dnn-partitioning"))
     p = problem_for(m)
     ml = max_load_data(p, m)
-    r = ML.contiguous_split(p, ml)
+    r = MS.contiguous_split(p, ml)
     secs = time.perf_counter() - t0
     return secs, r.value, {"ideals": r.info.get("ideals"), "exact": r.exact}
 

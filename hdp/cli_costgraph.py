@@ -50,11 +50,11 @@ def place_costgraph(module, objective: str, method: str, time_limit: float = 60.
     """(device per group, info) of ``method`` on a cost graph's Module under ``objective``.
 
     ``throughput`` is the largest per-device load with the caps (the problem's objective,
-    :func:`hdp.costgraph.throughput_objective`): ``optimal`` runs :func:`hdp.placement.maxload.optimize`
+    :func:`hdp.costgraph.throughput_objective`): ``optimal`` runs :func:`hdp.placement.maxload_search.optimize`
     (heuristics, then the MILP within ``time_limit``, with its proven bound); other methods place
     the same problem as for a model (those that serve no throughput refuse). ``latency`` runs the method on the sequential cost model, as for a model."""
     from hdp.costgraph import max_load_data, problem_for
-    from hdp.placement import maxload as ML
+    from hdp.placement import maxload as ML, maxload_search as MS
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
 
@@ -62,7 +62,7 @@ def place_costgraph(module, objective: str, method: str, time_limit: float = 60.
     ml = max_load_data(p, module)
     t0 = time.perf_counter()
     if objective == "throughput" and method.partition(":")[0] == "optimal":
-        s = ML.optimize(p, ml, time_limit=time_limit, seed=seed)
+        s = MS.optimize(p, ml, time_limit=time_limit, seed=seed)
         gd = s.group_device
         info = {"method": "optimal", "status": s.status, "bound": s.bound, "gap": s.gap,
                 "contiguous": s.info.get("contiguous", {}),

@@ -102,7 +102,7 @@ def _warm_costgraph() -> None:
     caps and identical devices): the contiguous DP and the heuristic's kernels."""
     from hdp.costgraph import lower, max_load_data, problem_for
     from hdp.costgraph.native import parse
-    from hdp.placement import maxload as ML
+    from hdp.placement import maxload_search as MS
 
     n = 12
     ops = [{"name": f"f{i}", "time": {"CPU": 4.0 + i % 3, "ACC": 1.0 + i % 2}, "bytes": 10, "tie": i} for i in range(n)]
@@ -113,7 +113,7 @@ def _warm_costgraph() -> None:
            "devices": [{"name": "CPU", "free_comm": True}, {"name": "ACC", "count": 3, "memory": 60}]}
     m = lower(parse("<warm-up cost graph>", doc))
     p = problem_for(m)
-    ML.optimize(p, max_load_data(p, m), time_limit=1.0, exact=False)
+    MS.optimize(p, max_load_data(p, m), time_limit=1.0, exact=False)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from hdp.cli import main
 from hdp.costgraph import lower, max_load_data, problem_for, read
 from hdp.costgraph.peer import read_split, split_json
 from hdp.errors import InputError
-from hdp.placement import maxload as ML
+from hdp.placement import maxload as ML, maxload_search as MS
 from hdp.placement.problem import build_problem
 
 DATA = Path(__file__).parent / "data" / "dnn_partitioning"
@@ -261,7 +261,7 @@ def test_milp_equals_brute_force_with_ties_caps_and_identical_devices(tmp_path, 
     assert ML.symmetry_classes(p, ml) == [[1, 2, 3]]
     want, _ = brute_force(p, ml)
     assert ML.balance_bound(p, ml) <= want * (1 + 1e-9)
-    s = ML.optimize(p, ml, time_limit=30)
+    s = MS.optimize(p, ml, time_limit=30)
     assert s.status == "optimal" and s.value == pytest.approx(want, rel=1e-6) and ML.feasible(p, ml, s.group_device)
     for symmetry in (True, False):
         s = ML.solve(p, ml, time_limit=30, symmetry=symmetry)
@@ -330,13 +330,13 @@ def test_chain_split_is_the_best_pipeline(tmp_path, seed):
             load, mem = ML.loads(p, ml, gd)
             if (mem <= ml.capacity).all():
                 want = min(want, load.max())
-    got = ML.chain_split(p, ml, order=order)
+    got = MS.chain_split(p, ml, order=order)
     if not np.isfinite(want):
         assert got is None
         return
     assert ML.feasible(p, ml, got) and ML.max_load(p, ml, got) == pytest.approx(want, rel=1e-9)
-    gd, v = ML.heuristic(p, ml, restarts=2)
-    assert ML.feasible(p, ml, gd) and v <= ML.max_load(p, ml, ML.chain_split(p, ml)) * (1 + 1e-12)
+    gd, v = MS.heuristic(p, ml, restarts=2)
+    assert ML.feasible(p, ml, gd) and v <= ML.max_load(p, ml, MS.chain_split(p, ml)) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("name", ["bert24_training", "gnmt_inference", "bert_l-3_inference"])

@@ -1,4 +1,4 @@
-"""The exact optimum over contiguous splits (hdp.placement.ideals, ML.contiguous_split) against brute force on small
+"""The exact optimum over contiguous splits (hdp.placement.ideals, maxload_search.contiguous_split) against brute force on small
 generated cost graphs (ties, caps, identical accelerators, training graphs with backward ops),
 and against the figures of msr-fiddle/dnn-partitioning's DP on their shipped workloads.
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hdp.costgraph import lower, max_load_data, read
-from hdp.placement import maxload as ML
+from hdp.placement import maxload as ML, maxload_search as MS
 from hdp.placement.ideals import pipeline_dag
 from hdp.placement.problem import build_problem
 
@@ -150,8 +150,8 @@ def test_contiguous_optimum_equals_brute_force(tmp_path, seed, n, k, cap, traini
     assert p.n_groups <= 8
     edges = order_edges(doc, m, p)
     best, best_c = brute_force(p, ml, edges)
-    for bound in (np.inf, ML.contiguous_bound(p, ml)):
-        r = ML.contiguous_split(p, ml, bound=bound)
+    for bound in (np.inf, MS.contiguous_bound(p, ml)):
+        r = MS.contiguous_split(p, ml, bound=bound)
         if not np.isfinite(best_c):
             assert r.group_device is None and r.exact
             continue
@@ -160,7 +160,7 @@ def test_contiguous_optimum_equals_brute_force(tmp_path, seed, n, k, cap, traini
         assert ML.max_load(p, ml, r.group_device) == pytest.approx(r.value, rel=1e-12)
     assert bound >= best_c * (1 - 1e-12)  # the pipeline of one order is a contiguous split
     if np.isfinite(best):
-        s = ML.optimize(p, ml, time_limit=20)
+        s = MS.optimize(p, ml, time_limit=20)
         assert s.value <= best_c * (1 + 1e-12) and s.value == pytest.approx(best, rel=1e-6)
 
 
@@ -193,7 +193,7 @@ def test_several_device_classes_and_no_free_device(tmp_path, seed):
     g = {op.name: int(st.group_of[i]) for i, op in enumerate(m.graph.ops)}
     edges = {(g[t["producer"]], g[c]) for t in tensors for c in t["consumers"] if g[t["producer"]] != g[c]}
     best, best_c = brute_force(p, ml, edges)
-    r = ML.contiguous_split(p, ml)
+    r = MS.contiguous_split(p, ml)
     assert r.exact
     if not np.isfinite(best_c):
         assert r.group_device is None
@@ -226,9 +226,9 @@ def test_too_many_ideals_gives_no_split(tmp_path):
     doc = workload(rng, 8, 2, 1e9, idle=0, classes=0)
     doc["edges"] = []  # 8 independent nodes: 256 ideals
     m, p, ml = problem_of(tmp_path, doc)
-    r = ML.contiguous_split(p, ml, max_ideals=100)
+    r = MS.contiguous_split(p, ml, max_ideals=100)
     assert r.group_device is None and not r.exact and "more than" in str(r.info["ideals"])
-    r = ML.contiguous_split(p, ml)
+    r = MS.contiguous_split(p, ml)
     assert r.exact and r.info["ideals"] == 256
 
 
@@ -243,6 +243,6 @@ def test_never_worse_than_their_dp(name):
     m = lower(read(DATA / f"{name}.json"))
     p = build_problem(m)
     ml = max_load_data(p, m)
-    r = ML.contiguous_split(p, ml)
+    r = MS.contiguous_split(p, ml)
     assert r.exact and ML.feasible(p, ml, r.group_device)
     assert r.value <= THEIR_DP[name] + 5e-5

@@ -65,10 +65,10 @@ for method, extra in [("optimal", {{}}), ("heft", {{}}), ("random", {{}}),
                       ("hsdag", {{"budget": 2.0, "episodes": 1, "samples": 2}})]:
     PassManager(compile_schedule(load_target("i9-flex170"), method, extra=extra, refine=True)).run(m)
 from hdp.costgraph import lower as lower_cg, max_load_data, problem_for, read
-from hdp.placement import maxload as ML
+from hdp.placement import maxload_search as MS
 c = lower_cg(read({str(DATA / "dnn_partitioning" / "bert24_training.json")!r}))
 p = problem_for(c)
-ML.optimize(p, max_load_data(p, c), time_limit=1.0)
+MS.optimize(p, max_load_data(p, c), time_limit=1.0)
 print(compiled_now())
 """
     assert _python(code, NUMBA_CACHE_DIR=nb).splitlines()[-1] == "{}"

@@ -14,6 +14,10 @@
   problem's costs, Numba kernels in :mod:`hdp.placement._kernels`; :mod:`hdp.placement.objective`
   and :mod:`hdp.placement.memory` — what a placement is asked to minimise, and each device's bytes.
 - :mod:`hdp.placement.repair` — a placement that failed its check: the boundary that breaks, tied.
+- :mod:`hdp.placement.maxload` — throughput as the largest per-device load under memory caps (cost
+  graphs, ``hdp place``): its pricing and exact MILP; :mod:`hdp.placement.maxload_search` — its
+  heuristics and :func:`~hdp.placement.maxload_search.optimize`; :mod:`hdp.placement.ideals` — the
+  exact optimum over contiguous splits; Numba kernels in :mod:`hdp.placement._maxload_kernels`.
 
 The layer just above the IR: it imports :mod:`hdp.ir` and the base utilities, nothing else of hdp.
 

@@ -1,6 +1,6 @@
 """Numba kernels of the max-load objective with a memory cap per device
-(:mod:`hdp.placement.maxload`) and of its contiguous splits as chains of ideals
-(:mod:`hdp.placement.ideals`), over plain arrays.
+(:mod:`hdp.placement.maxload`, :mod:`hdp.placement.maxload_search`) and of its contiguous splits as
+chains of ideals (:mod:`hdp.placement.ideals`), over plain arrays.
 
 Conventions: ``time[g, d]`` (``inf`` where group ``g`` may not run on ``d``), ``gbytes[g]``,
 ``cap[d]`` (``inf``: no cap), ``paid[d]`` (False for a ``free_comm`` device); tensors ``t`` with

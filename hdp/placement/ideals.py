@@ -4,7 +4,7 @@ A *contiguous* split cuts the groups into consecutive blocks of a pipeline: ther
 ideals (sets closed under predecessors) ∅ = I0 ⊂ I1 ⊂ … ⊂ Im = every group, and device j holds the
 difference I_j ∖ I_(j-1). This is the space the throughput DP of Tarnawski et al. (NeurIPS 2020,
 msr-fiddle/dnn-partitioning) searches; :func:`contiguous_optimum` finds its best split under
-hdp's max-load rule (:mod:`hdp.placement.maxload`, whose :func:`~hdp.placement.maxload.contiguous_split`
+hdp's max-load rule (:mod:`hdp.placement.maxload`; :func:`~hdp.placement.maxload_search.contiguous_split`
 calls it), within the memory caps, the allowed devices
 and the ties (a group is never cut), with identical devices counted rather than told apart.
 
@@ -180,7 +180,7 @@ def contiguous_optimum(problem, ml, arrays, classes, bound=np.inf, max_ideals: i
     computes one, called only when the DAG has :data:`SMALL` ideals or more. ``exact`` False
     when the DAG has more than ``max_ideals`` ideals (no split then) or the walk stopped after
     ``max_visits`` ideal pairs (the best split found so far, if any).
-    :func:`hdp.placement.maxload.contiguous_split` gives it those arguments."""
+    :func:`hdp.placement.maxload_search.contiguous_split` gives it those arguments."""
     from hdp.placement import _maxload_kernels as K
 
     t0 = _time.perf_counter()

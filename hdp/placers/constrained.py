@@ -291,10 +291,11 @@ COARSE_MIN = 48
 
 def clusters(problem, target: int) -> np.ndarray:
     """Cluster per group for the coarse program: groups joined along their costliest tensors
-    (:func:`hdp.placement.maxload.coarsen`: heavy-edge matching rounds), each cluster within an
+    (:func:`hdp.placement.maxload_search.coarsen`: heavy-edge matching rounds), each cluster within an
     eighth of the smallest capacity (its bytes on the device that holds them for least), a
     quarter of a device's fair share of the work and the devices all its groups may use."""
-    from hdp.placement.maxload import MaxLoad, coarsen
+    from hdp.placement.maxload import MaxLoad
+    from hdp.placement.maxload_search import coarsen
 
     fixed, units, _ = problem.memory_terms()
     nbytes = np.where(problem.allowed, fixed, np.inf).min(axis=1) + problem.needs.activation
