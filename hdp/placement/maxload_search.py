@@ -52,6 +52,17 @@ class _Arrays:
                            self.t_cost, self.g_ptr, self.g_tens, sweeps)
         return dev, float(v)
 
+    def kicked(self, gd, rng, kick: float) -> tuple[np.ndarray, float] | None:
+        """``gd`` with a share ``kick`` of the groups moved to random devices they may run on
+        (``rng``), improved by single moves, and its max load; None when the kick breaks a cap."""
+        k, nd = self.time.shape
+        cur = np.array(gd, np.int64)
+        for g in rng.choice(k, max(1, int(kick * k)), replace=False):
+            cur[g] = rng.choice(np.flatnonzero(np.isfinite(self.time[g])))
+        if (np.bincount(cur, weights=self.gbytes, minlength=nd) > self.cap).any():
+            return None
+        return self.local_search(cur)
+
 
 
 def group_orders(problem) -> dict[str, np.ndarray]:
@@ -201,20 +212,14 @@ def iterated_search(problem, ml: MaxLoad, gd: np.ndarray, seconds: float, seed: 
     """Iterated local search from ``gd`` for about ``seconds``: move a seeded random share ``kick``
     of the groups, improve by single moves, keep the result when its max load is lower."""
     a = _Arrays(problem, ml)
-    k, nd = problem.n_groups, problem.n_devices
     best = np.asarray(gd, np.int64)
     v = max_load(problem, ml, best)
     rng = np.random.default_rng(seed)
     end = _time.perf_counter() + seconds
     while _time.perf_counter() < end:
-        cur = best.copy()
-        for g in rng.choice(k, max(1, int(kick * k)), replace=False):
-            cur[g] = rng.choice(np.flatnonzero(np.isfinite(a.time[g])))
-        if (np.bincount(cur, weights=a.gbytes, minlength=nd) > a.cap).any():
-            continue
-        cur, w = a.local_search(cur)
-        if w < v * (1 - 1e-12):
-            best, v = cur, w
+        tried = a.kicked(best, rng, kick)
+        if tried is not None and tried[1] < v * (1 - 1e-12):
+            best, v = tried
     return best
 
 
@@ -388,7 +393,6 @@ def heuristic(problem, ml: MaxLoad, seed: int = 0, restarts: int = 20, kick: flo
     perturbations (a share ``kick`` of the groups moved at random) improved the same way. The
     best placement seen; ValueError if nothing fits."""
     a = _Arrays(problem, ml)
-    k, nd = problem.n_groups, problem.n_devices
     found: dict[bytes, tuple[float, np.ndarray]] = {}
     orders = group_orders(problem)
     starts_ = [np.asarray(s, np.int64) for s in extra_starts]
@@ -413,14 +417,9 @@ def heuristic(problem, ml: MaxLoad, seed: int = 0, restarts: int = 20, kick: flo
     for v, base in ranked[:starts]:
         cur, cv = base, v
         for _ in range(restarts):
-            gd = cur.copy()
-            for g in rng.choice(k, max(1, int(kick * k)), replace=False):
-                gd[g] = rng.choice(np.flatnonzero(np.isfinite(a.time[g])))
-            if (np.bincount(gd, weights=a.gbytes, minlength=nd) > a.cap).any():
-                continue
-            gd, w = a.local_search(gd)
-            if w < cv - 1e-12 * cv:
-                cur, cv = gd, w
+            tried = a.kicked(cur, rng, kick)
+            if tried is not None and tried[1] < cv - 1e-12 * cv:
+                cur, cv = tried
         if cv < best_v:
             best, best_v = cur, cv
     return best, max_load(problem, ml, best)
