@@ -114,7 +114,8 @@ def main() -> None:
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # hdp and its (reaped) workers
             cpus.append(ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime)
             if p.returncode:
-                raise SystemExit(f"hdp compile failed:\n{p.stdout}\n{p.stderr}")
+                raise SystemExit(f"hdp compile failed after {walls[-1]:.1f} s wall, {cpus[-1]:.1f} s CPU (load average "
+                                 f"{loads[-1]:.1f} at its start, {os.getloadavg()[0]:.1f} now):\n{p.stdout}\n{p.stderr}")
             for r in json.loads(tim.read_text()):
                 if not r.get("stage"):
                     rows.setdefault(r["pass"], []).append(float(r["seconds"]))
