@@ -136,6 +136,34 @@ def test_node_seconds_removes_the_warmup_from_running_averages():
     assert node_seconds([node], warmup=1, runs=10)[0] == pytest.approx(20e-6, abs=1.5e-6)
 
 
+def test_a_kernel_that_reads_0_us_counts_as_run():
+    """The CPU plugin reports NOT_RUN for a node whose average reads 0 us: a fused node of a tiny
+    Relu/Add chain did so in warm-up and timed runs alike (tests/test_chunks.py's whole-model
+    profile then gave some of its ops no time, now and then). A kernel counts as run; an in-place
+    node (``unknown_*``) and an optimised-out one do not."""
+    import openvino as ov
+
+    from hdp.runtime.worker import _counters
+
+    def info(name, status, exec_type, us=0):
+        p = ov.ProfilingInfo()
+        p.node_name, p.status, p.exec_type = name, getattr(ov.ProfilingInfo.Status, status), exec_type
+        p.real_time = __import__("datetime").timedelta(microseconds=us)
+        return p
+
+    class Req:
+        profiling_info = [info("fused", "NOT_RUN", "jit_avx512_f32"), info("ran", "EXECUTED", "jit_avx512_f32", 3),
+                          info("reshape", "NOT_RUN", "unknown_f32"), info("gone", "OPTIMIZED_OUT", "undef"),
+                          info("x", "NOT_RUN", "unknown_f32")]
+
+    got = _counters(Req())
+    assert got == {"fused": (0.0, True), "ran": (3e-6, True), "reshape": (0.0, False), "gone": (0.0, False),
+                   "x": (0.0, False)}
+    half = 0.5e-6  # the truncation floor of a run node: the fused node's ops get time again
+    nodes = [{"avg_warm": got["fused"][0], "avg_all": got["fused"][0], "executed": got["fused"][1]}]
+    assert node_seconds(nodes, warmup=1, runs=3)[0] == pytest.approx(half)
+
+
 def test_modeled_profile_and_support_inf(conv):
     t = load_target("i9-flex170")
     mask = np.ones((conv.graph.n_ops, 2), bool)

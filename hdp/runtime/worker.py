@@ -894,7 +894,14 @@ def _relative_error(a, b) -> float:
 
 
 def _counters(req) -> dict[str, tuple[float, bool]]:
-    return {p.node_name: (p.real_time.total_seconds(), p.status == p.Status.EXECUTED) for p in req.profiling_info}
+    """Per runtime node: (average seconds, whether it runs). The CPU plugin reports NOT_RUN for a
+    node whose average reads 0 us, so a NOT_RUN kernel (an exec type other than ``unknown_*`` or
+    ``undef``: in-place and optimised-out nodes have those) counts as run: a fused node of a tiny
+    element-wise chain reads 0 us in every run, and its ops would get no time at all."""
+    return {p.node_name: (p.real_time.total_seconds(),
+                          p.status == p.Status.EXECUTED
+                          or (p.status == p.Status.NOT_RUN and not p.exec_type.startswith(("unknown", "undef"))))
+            for p in req.profiling_info}
 
 
 #: Compiled-model properties that do not describe how the model computes (names, diagnostics).
