@@ -43,9 +43,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def two_towers(tmp: Path, n: int = 384, depth: int = 6, depth_b: int | None = None) -> Path:
+def two_towers(tmp: Path, n: int = 384, depth: int = 6, depth_b: int | None = None, placed: bool = True) -> Path:
     """x [1,n,n] -> {tower A, tower B} (``depth`` and ``depth_b`` MatMul n x n + Relu) -> Add -> y;
-    tower B on CPU_B, the rest on CPU, written as hdp writes a placed model for ``virtual-2x1``."""
+    tower B on CPU_B, the rest on CPU, written as hdp writes a placed model for ``virtual-2x1``
+    (``placed=False``: the model alone)."""
     import openvino as ov
     from openvino import opset13 as ops
 
@@ -68,6 +69,10 @@ def two_towers(tmp: Path, n: int = 384, depth: int = 6, depth_b: int | None = No
                 b = y
                 on_b += [w, y, y.input(0).get_source_output().get_node()]
     model = ov.Model([ops.result(ops.add(a, b, name="join"), name="y")], [x], "two_towers")
+    if not placed:
+        out = tmp / f"two_towers_{n}_{depth}x{depth_b}.xml"
+        ov.save_model(model, str(out), compress_to_fp16=False)
+        return out
     on_b = set(on_b)
     for op in model.get_ordered_ops():
         op.get_rt_info()["user_dataaffinity"] = "CPU_B" if op in on_b else "CPU"
@@ -141,9 +146,19 @@ def _relative_error(a, b) -> float:
 
 
 def measure(xml: Path, rounds: int, warmup: int = 5) -> dict:
+    cands, inputs = candidates(xml)
+    res = measure_candidates(cands, inputs, rounds, "concurrent", warmup)
+    subs = cands["concurrent"].split.subgraphs
+    return {"model": str(xml), **res, "subgraphs": [(s.device, len(s.ops)) for s in subs],
+            "hetero_submodels": int(cands["hetero"].get_property("HETERO_NUMBER_OF_SUBMODELS"))}
+
+
+def measure_candidates(cands: dict, inputs: list, rounds: int, base: str, warmup: int = 5) -> dict:
+    """Time compiled candidates (name -> something called like a compiled model) on the same
+    ``inputs``, one inference each per round in a balanced rotating order, after checking each
+    one's outputs against the last candidate's; every candidate compared with ``base``."""
     from hdp.runtime.stats import compare, round_order
 
-    cands, inputs = candidates(xml)
     names = list(cands)
     reqs = {}
     for k, c in cands.items():
@@ -155,7 +170,7 @@ def measure(xml: Path, rounds: int, warmup: int = 5) -> dict:
         reqs[k] = r
     ref = None
     errors = {}
-    for k in reversed(names):  # cpu-all first
+    for k in reversed(names):  # the last candidate first: the reference (cpu-all in measure)
         reqs[k].infer()
         outs = [np.array(reqs[k].get_output_tensor(j).data, copy=True) for j in range(len(cands[k].outputs))]
         if ref is None:
@@ -171,15 +186,12 @@ def measure(xml: Path, rounds: int, warmup: int = 5) -> dict:
             t0 = clock()
             reqs[names[j]].infer()
             times[r, j] = clock() - t0
-    base = names.index("concurrent")
+    bi = names.index(base)
     family = len(names) - 1
-    comps = {n: compare(times[:, base], times[:, j], names=("concurrent", n), family=family)
-             for j, n in enumerate(names) if j != base}
-    subs = cands["concurrent"].split.subgraphs
-    return {"model": str(xml), "rounds": rounds, "median_ms": {n: float(np.median(times[:, j]) * 1e3) for j, n in enumerate(names)},
+    comps = {n: compare(times[:, bi], times[:, j], names=(base, n), family=family)
+             for j, n in enumerate(names) if j != bi}
+    return {"rounds": rounds, "median_ms": {n: float(np.median(times[:, j]) * 1e3) for j, n in enumerate(names)},
             "error": errors, "comparisons": {n: c.to_dict() for n, c in comps.items()},
-            "subgraphs": [(s.device, len(s.ops)) for s in subs],
-            "hetero_submodels": int(cands["hetero"].get_property("HETERO_NUMBER_OF_SUBMODELS")),
             "times": times.tolist(), "names": names}
 
 
