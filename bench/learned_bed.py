@@ -1,7 +1,7 @@
 """Learned placements on the real concurrent bed (issue 22): measured against heft's and the best
 single device, interleaved, with confidence intervals.
 
-    python bench/learned_bed.py MODEL.xml [MODEL2.xml ...] [--towers] [--methods heft,hsdag,placeto,rnn-placer]
+    python bench/learned_bed.py MODEL.xml [MODEL2.xml ...] [--towers] [--methods heft,hsdag:simulate,placeto,rnn-placer]
                                 [--target virtual-2x1] [--rounds 60] [--json out.json]
 
 For each model every method places it with ``hdp compile --execution concurrent`` on the target (the
@@ -51,7 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*", type=Path)
     ap.add_argument("--towers", action="store_true")
-    ap.add_argument("--methods", default="heft,hsdag,placeto,rnn-placer")
+    ap.add_argument("--methods", default="heft,hsdag:simulate,placeto,rnn-placer")
     ap.add_argument("--target", default="virtual-2x1")
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--json", type=Path)
