@@ -88,12 +88,7 @@ def main() -> None:
     items = [(label, None) for label in _split(a.models)] + \
         [(f"chain {int(n):,} (a Constant per Add)", int(n)) for n in a.chains.split(",") if n.strip()]
     for label, chain in items:
-        if chain is None:
-            xml = zoo.cached(label, work)
-        else:
-            xml = work / f"chain-{chain}-own.xml"
-            if not xml.exists():
-                hostile.save(hostile.chain_model(chain, shared=False), xml)
+        xml = zoo.cached(label, work) if chain is None else hostile.chain_file(work, chain, shared=False)
         m = lower(xml)
         m = PassManager([make_pass("support", {"target": target})]).run(m)
         costed = ~zero_cost_ops(m.graph)

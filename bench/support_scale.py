@@ -71,12 +71,7 @@ def main() -> None:
           flush=True)
     differ = []
     for label, chain in items:
-        if chain is None:
-            xml = zoo.cached(label, work)
-        else:
-            xml = work / f"chain-{chain[0]}-{'shared' if chain[1] else 'own'}.xml"
-            if not xml.exists():
-                hostile.save(hostile.chain_model(chain[0], shared=chain[1]), xml)
+        xml = zoo.cached(label, work) if chain is None else hostile.chain_file(work, *chain)
         m = lower(xml)
         n = m.graph.n_ops
         t0 = time.perf_counter()

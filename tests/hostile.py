@@ -119,6 +119,12 @@ def chain_model(n_ops: int, shared: bool = True, width: int = 16):
     return ov.Model([ops.result(h, name="out")], [x], "chain")
 
 
+def chain_file(work: str | os.PathLike, n_ops: int, shared: bool) -> Path:
+    """:func:`chain_model` saved once in ``work`` (``chain-N-shared.xml`` / ``chain-N-own.xml``)."""
+    xml = Path(work) / f"chain-{n_ops}-{'shared' if shared else 'own'}.xml"
+    return xml if xml.exists() else save(chain_model(n_ops, shared=shared), xml)
+
+
 def relu_model(shape, dtype=np.float32, name: str = "relu"):
     """x (``shape``) -> Relu -> Result."""
     import openvino as ov
