@@ -555,3 +555,14 @@ def test_a_split_under_hetero_keeps_each_device_to_its_thread_cap(tmp_path):
     assert len(busy) == 1, f"{len(busy)} threads each did 5 % of the work or more: {busy} of {total} ticks"
     np.testing.assert_allclose(req.get_output_tensor(0).data,
                                reference(ov.Core().read_model(tmp_path / "chain.xml"), feed)[0], **EXACT)
+
+
+def test_hetero_config_turns_exclusive_requests_off_only_for_thread_capped_devices():
+    from hdp.runtime.devices import hetero_config
+
+    capped, free = load_target("virtual-2x1"), load_target("virtual")
+    assert hetero_config(free, ["CPU", "CPU_B"], {"PERF_COUNT": "YES"}) == {"PERF_COUNT": "YES"}
+    got = hetero_config(capped, ["CPU", "CPU_B"], {"DEVICE_PROPERTIES": {"CPU": {"EXCLUSIVE_ASYNC_REQUESTS": "YES"}}})
+    # a caller's own device property wins over the override
+    assert got == {"DEVICE_PROPERTIES": {"CPU": {"EXCLUSIVE_ASYNC_REQUESTS": "YES"},
+                                         "CPU_B": {"EXCLUSIVE_ASYNC_REQUESTS": "NO"}}}

@@ -239,10 +239,12 @@ def host_status(rec: BlobRecord, available: list[str]) -> dict[str, str]:
 
 
 def _import_properties(rec: BlobRecord) -> str:
-    """The properties argument of ``import_model`` for a blob whose devices cap their threads (see
-    :func:`hdp.runtime.devices.hetero_config`), as Python text; empty when none does."""
-    capped = {d.name: {"EXCLUSIVE_ASYNC_REQUESTS": "NO"} for d in rec.devices if "INFERENCE_NUM_THREADS" in d.config}
-    return f", {{'DEVICE_PROPERTIES': {capped}}}" if capped else ""
+    """The properties argument of ``import_model`` that :func:`hdp.runtime.devices.hetero_config`
+    gives the blob's devices, as Python text; empty when there are none."""
+    from hdp.runtime.devices import hetero_config
+
+    props = hetero_config(rec.target_of(), [d.name for d in rec.devices])
+    return f", {props}" if props else ""
 
 
 def describe_blob(blob: str | os.PathLike) -> str:

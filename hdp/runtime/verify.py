@@ -254,8 +254,8 @@ def check_generation(placed_xml, original_xml, target: Target | None = None, ste
             continue
         floor = max(floor, alone if np.isfinite(alone) else 0.0)
     tol = calibrated(tolerance(tgt, pm.used, stateful=True), [floor])
-    return GenerationCheck(errors=errors(core.compile_model(pm.model, hetero_name(devices), hetero_config(check_tgt, devices))), tolerance=tol,
-                           floor=floor, used=list(pm.used))
+    placed = core.compile_model(pm.model, hetero_name(devices), hetero_config(check_tgt, devices))
+    return GenerationCheck(errors=errors(placed), tolerance=tol, floor=floor, used=list(pm.used))
 
 
 def _fits_memory(module: Module, problem, target: Target):
