@@ -75,6 +75,9 @@ def test_chunk_times_count_repeats_and_one_request_per_chunk():
     assert chunks.chunk_times(p, runs) == pytest.approx([3 * 3e-5 + 5e-5 - 3e-5, 3 * 4e-5 + 5e-5 - 3e-5,
                                                          3 * 3e-5 + 6e-5 - 3e-5])
     assert chunks.chunk_times(p, []) == []
+    # a one-op model measured slower than the chunks: the slowest chunk, not 0 or less
+    slow = [[1e-5, 2e-5, 3e-5]]
+    assert chunks.chunk_times(p, slow) == pytest.approx([2e-5])
 
 
 def _node(name, ops, preds=()):
