@@ -81,15 +81,15 @@ def memory_report(module: Module, pm) -> list[dict]:
             for d, e, c in zip(devs, est, problem.caps)]
 
 
-def memory_lines(module: Module, pm) -> str:
-    """:func:`memory_report` as one line."""
+def memory_lines(module: Module, pm, report: list[dict] | None = None) -> str:
+    """:func:`memory_report` (or the ``report`` already made) as one line."""
     from hdp.placement.memory import size_text
 
     return "memory (stored weights as written; estimated need; capacity): " + ", ".join(
         f"{r['device']}: {size_text(r['stored'])}; {size_text(r['estimate'])}; "
         + (size_text(r["capacity"]) if np.isfinite(r["capacity"]) else "unlimited")
         + (" OVER" if r["estimate"] > r["capacity"] else "")
-        for r in memory_report(module, pm))
+        for r in (report if report is not None else memory_report(module, pm)))
 
 
 def placed_memory(path) -> tuple[str, list[dict]] | None:
@@ -103,7 +103,8 @@ def placed_memory(path) -> tuple[str, list[dict]] | None:
     if not pm.memory and all(pm.target.device(d).memory is None for d in pm.devices if d in pm.target.device_names):
         return None
     module = lower_file_model(model, path)
-    return memory_lines(module, pm), memory_report(module, pm)
+    report = memory_report(module, pm)
+    return memory_lines(module, pm, report), report
 
 
 def _compress_legend(legend) -> list[str]:

@@ -158,7 +158,9 @@ class PartitionPass(Pass, tag="partition"):
         label = self.placer.label()
         goal = {"goal": self.objective.kind()}
         if self.memory:  # --memory overrides: written into the placed model, read back by show and evaluate
-            goal["memory_caps"] = ",".join(f"{d}={b}" for d, b in self.memory)
+            from hdp.runtime.capacity import caps_record
+
+            goal["memory_caps"] = caps_record(self.memory)
         if isinstance(self.objective, Throughput):
             goal["requests"] = str(self.objective.requests)
         if isinstance(self.objective, Concurrent):

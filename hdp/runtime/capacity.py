@@ -82,6 +82,17 @@ def parse_overrides(specs) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def caps_record(overrides) -> str:
+    """``--memory`` caps ``((device, bytes), ...)`` as the text a placement records them in
+    (``"GPU=17179869184,NPU=..."``: the partition's info, the written model's ``hdp/memory_caps``)."""
+    return ",".join(f"{d}={b}" for d, b in overrides)
+
+
+def parse_caps_record(text) -> tuple[tuple[str, int], ...]:
+    """:func:`caps_record`'s text back to ``((device, bytes), ...)`` (empty for none)."""
+    return parse_overrides(c for c in str(text or "").split(",") if c)
+
+
 def capacities(target, overrides=()) -> np.ndarray:
     """Bytes per device of ``target`` in its order (``inf``: unlimited); ``overrides`` are
     ``(device, bytes)`` pairs (an unknown device is an InputError)."""

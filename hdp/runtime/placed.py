@@ -253,10 +253,10 @@ def placed_from_model(model, xml: str | os.PathLike = "<model>") -> PlacedModel:
     memory: tuple = ()
     caps = model_info(model, "memory_caps")
     if caps:
-        from hdp.runtime.capacity import parse_overrides
+        from hdp.runtime.capacity import parse_caps_record
 
         try:
-            memory = parse_overrides(c for c in caps.split(",") if c)
+            memory = parse_caps_record(caps)
             for name, _ in memory:
                 target.device(name)
         except InputError as e:

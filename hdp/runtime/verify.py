@@ -263,10 +263,10 @@ def _fits_memory(module: Module, problem, target: Target):
     capacities, with the ``--memory`` caps its partition records, and each device's memory model),
     or None when no device's memory is bounded."""
     from hdp.placement.simulate import Simulator
-    from hdp.runtime.capacity import capacities, device_memory, parse_overrides
+    from hdp.runtime.capacity import capacities, device_memory, parse_caps_record
 
     info = module.partition.info if module.partition is not None else {}
-    over = parse_overrides(c for c in str(info.get("memory_caps", "")).split(",") if c)
+    over = parse_caps_record(info.get("memory_caps"))
     try:
         caps = capacities(target, over)
     except InputError:
