@@ -19,7 +19,7 @@ def kernel_modules() -> list[str]:
 
     root = Path(__file__).resolve().parent
     return sorted(".".join(("hdp",) + f.relative_to(root).with_suffix("").parts)
-                  for f in root.rglob("_*kernels.py") if f.stem == "_kernels" or f.stem.endswith("_kernels"))
+                  for f in root.rglob("_*kernels.py") if f.stem.endswith("_kernels"))
 
 
 def kernels() -> dict:
