@@ -210,7 +210,8 @@ def simulated(xml: Path, cache_dir: str | None, executor) -> dict:
     idx = np.array([tgt.device_names.index(d) for d in devices])[dev.astype(np.int64)]
     gd = problem.structure.group_devices(idx)
     sim = Simulator(problem)
-    out = {"concurrent": sim.latency_concurrent(gd, executor.launch, executor.handover, executor.request),
+    out = {"concurrent": sim.latency_concurrent(gd, executor.launch, executor.handover, executor.request,
+                                                    executor.convert),
            "hetero": sim.latency(gd), "concurrent_subgraphs": sim.concurrent_subgraphs(gd)[1]}
     for j, t in sim.singles().items():
         out[f"single:{tgt.device_names[j]}"] = t

@@ -6,6 +6,7 @@ compile up to float reordering), tiny models built here, fixed seeds.
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -322,6 +323,42 @@ def test_concurrent_makespan_overlaps_independent_towers():
     assert sim.latency_parallel(split) <= sim.latency_concurrent(split) + 1e-12
 
 
+def test_concurrent_makespan_charges_conversions_on_both_devices():
+    """P -> s -> {a, b} -> j -> R, b on the second device: every tensor crossing between executor
+    subgraphs is converted once out of its producer's sub-model (on the producer's device) and once
+    into each consumer sub-model (on the consumer's), ``convert`` seconds per byte; a tensor read
+    twice by one subgraph is converted into it once, a Parameter's or a Result's tensor never."""
+    from tests.placement_helpers import make_module, per_group, problem
+
+    from hdp.placement.simulate import Simulator
+
+    types = ["Parameter", "MatMul", "MatMul", "MatMul", "Add", "Result"]
+    edges = [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 5)]
+    nbytes = np.array([7, 100, 100, 10, 20, 9], np.int64)  # s's output is read by a and b
+    t = np.array([[0, 0], [1, 1], [3, 3], [3, 3], [1, 1], [0, 0]], float)
+    p = problem(make_module(types, edges, t, edge_bytes=nbytes, lat=0.0, bw=1e30, ovh=0.0))
+    gd = per_group(p, np.array([0, 0, 0, 1, 0, 0]))
+    # these tensors are 1-D: the plugin keeps them in a plain layout, nothing to convert
+    assert Simulator(p).latency_concurrent(gd, convert=1e-3) == pytest.approx(1 + 3 + 1)
+    # as 4-D tensors (every byte converts)
+    sim = Simulator(msgspec.structs.replace(p, convert_bytes=p.structure.t_bytes.astype(float)))
+    one = per_group(sim.problem, np.zeros(6, int))
+    assert sim.latency_concurrent(one, convert=1e-3) == pytest.approx(8.0)  # one subgraph: nothing crosses
+    assert sim.latency_concurrent(gd) == pytest.approx(1 + 3 + 1)
+    # s hands 100 bytes out (0.1) to b's subgraph (in: 0.1) and to a's (cut from s: in 0.1);
+    # b hands 20 out (0.02) and j takes a's 10 and b's 20 in (0.03)... on the critical path:
+    # s 1 + out 0.1 -> b: in 0.1 + 3 + out 0.02 -> j: in 0.01 + 0.02 + 1; a (in 0.1 + 3 + out 0.01)
+    # runs on the first device after s, beside b
+    got = sim.latency_concurrent(gd, convert=1e-3)
+    label, k = sim.concurrent_subgraphs(gd)
+    assert k >= 4
+    assert got == pytest.approx(1 + 0.1 + max(0.1 + 3 + 0.01, 0.1 + 3 + 0.02) + 0.03 + 1)
+    assert sim.latencies_concurrent(np.stack([one, gd]), convert=1e-3) == pytest.approx([8.0, got])
+    from hdp.placement.objective import Concurrent
+
+    assert Simulator(sim.problem.with_objective(Concurrent(convert=1e-3))).cost(gd) == pytest.approx(got)
+
+
 def test_concurrent_makespan_waits_for_whole_subgraphs():
     """s1 -> s2 on CPU, s1 -> b on CPU_B, (s2, b) -> j on CPU: b can start after s1 only because the
     executor cuts s1 from s2 (s1 sends to another device, s2 does not)."""
@@ -367,8 +404,10 @@ def test_fit_executor_costs_measures_three_probes():
 
     c = fit_executor_costs(load_target("virtual-f32"), rounds=12)
     assert isinstance(c, ExecutorCosts) and c.rounds == 12
-    for x, (lo, hi) in ((c.request, c.request_ci), (c.launch, c.launch_ci), (c.handover, c.handover_ci)):
+    for x, (lo, hi) in ((c.request, c.request_ci), (c.launch, c.launch_ci), (c.handover, c.handover_ci),
+                        (c.convert, c.convert_ci)):
         assert x >= 0 and lo <= hi
+    assert c.convert_ci != (0.0, 0.0)  # the convolution probes ran
     assert c.handover_ci != (0.0, 0.0)  # two devices: the alternating probe ran
     assert "per subgraph" in c.describe()
     one = fit_executor_costs(load_target("virtual-f32").__class__(

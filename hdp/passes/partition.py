@@ -59,7 +59,8 @@ class PartitionPass(Pass, tag="partition"):
                 raise InputError(f"--requests {requests}: only with --objective throughput")
             if executor is None:
                 return Concurrent()
-            return Concurrent(launch=executor.launch, handover=executor.handover, request=executor.request)
+            return Concurrent(launch=executor.launch, handover=executor.handover, request=executor.request,
+                              convert=getattr(executor, "convert", 0.0))
         if requests is not None:
             try:
                 requests = int(requests)
@@ -81,7 +82,7 @@ class PartitionPass(Pass, tag="partition"):
         objective = opts.pop("objective", None)
         requests = opts.pop("requests", None)
         execution = str(opts.pop("execution", "sequential"))
-        costs = {k: opts.pop(k) for k in ("launch", "handover", "request") if k in opts}
+        costs = {k: opts.pop(k) for k in ("launch", "handover", "request", "convert") if k in opts}
         executor = None
         if costs:  # the concurrent executor's own costs (hdp calibrate), seconds
             vals = {}
@@ -95,7 +96,7 @@ class PartitionPass(Pass, tag="partition"):
             from types import SimpleNamespace
 
             executor = SimpleNamespace(launch=vals.get("launch"), handover=vals.get("handover", 0.0),
-                                       request=vals.get("request", 0.0))
+                                       request=vals.get("request", 0.0), convert=vals.get("convert", 0.0))
         if not isinstance(objective, (Latency, Throughput, Concurrent)):
             objective = cls.objective_from(str(objective or "latency"), requests, execution, executor)
         memory = opts.pop("memory", ())
@@ -166,7 +167,7 @@ class PartitionPass(Pass, tag="partition"):
         if isinstance(self.objective, Concurrent):
             ob = self.objective
             goal.update(execution="concurrent", launch=str(problem.subgraph_overhead if ob.launch is None else ob.launch),
-                        handover=str(ob.handover), request=str(ob.request))
+                        handover=str(ob.handover), request=str(ob.request), convert=str(ob.convert))
         info = {"method": label, **goal, **{k: str(v) for k, v in placed.info.items()}}
         part = Partition(method=label, devices=devices,
                          group_of=Array.of(problem.structure.anchor, np.int32),

@@ -36,9 +36,10 @@ STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
 
 #: Options of ``partition`` itself (beside its method's); ``target`` and ``extra_ties`` are set by hdp.
 PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context", "execution",
-                     "launch", "handover", "request")
+                     "launch", "handover", "request", "convert")
 #: The partition options that say what the placement optimises and under which memory.
-GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", "launch", "handover", "request")
+GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", "launch", "handover", "request",
+                "convert")
 
 
 def takes_target(cls: type[Pass]) -> bool:

@@ -362,16 +362,21 @@ def parallel_latency(eff, time, zero, p_ptr, p_src, p_cost, label, counted, over
 
 
 @njit(cache=True)
-def concurrent_makespan(eff, time, zero, p_ptr, p_src, p_cost, label, n_lab, n_dev, launch, handover):
+def concurrent_makespan(eff, time, zero, p_ptr, p_src, p_cost, label, n_lab, n_dev, launch, handover,
+                        t_ptr, t_prod, t_cons, t_bytes, convert):
     """Makespan of hdp's concurrent executor: its subgraphs (``label``, from
     :func:`concurrent_labels`) run whole, one at a time per device.
 
-    A subgraph takes ``launch`` plus the time of its ops on its device; it starts when its device
-    is free and every input has arrived: the producing subgraph's end, plus ``handover`` per edge
-    between subgraphs and the copy time ``p_cost`` of an edge that crosses devices. Subgraphs are
-    started earliest-start first (an event simulation: start times never decrease), which is what
-    the executor's per-device lanes do. Zero-time ops (Parameter, Constant, Result) occupy no
-    device and cost nothing to hand over. ``inf`` if some op's device cannot run it.
+    A subgraph takes ``launch`` plus the time of its ops on its device, plus ``convert`` seconds per
+    byte of every tensor it receives from another subgraph (once per tensor) and of every tensor it
+    hands to another (once per tensor): a compiled sub-model takes and gives plain tensors, which
+    the plugin converts into and out of its own layout, work on the subgraph's device that the
+    whole-model profile never saw. It starts when its device is free and every input has arrived:
+    the producing subgraph's end, plus ``handover`` per edge between subgraphs and the copy time
+    ``p_cost`` of an edge that crosses devices. Subgraphs are started earliest-start first (an
+    event simulation: start times never decrease), which is what the executor's per-device lanes
+    do. Zero-time ops (Parameter, Constant, Result) occupy no device and cost nothing to hand over.
+    ``inf`` if some op's device cannot run it.
     """
     n = eff.shape[0]
     sub_time = np.zeros(n_lab)
@@ -380,6 +385,22 @@ def concurrent_makespan(eff, time, zero, p_ptr, p_src, p_cost, label, n_lab, n_d
         if not zero[v]:
             sub_time[label[v]] += time[v, eff[v]]
             sub_dev[label[v]] = eff[v]
+    if convert > 0.0:
+        seen = np.full(n_lab, -1, np.int64)
+        for t in range(t_prod.shape[0]):
+            p = t_prod[t]
+            if zero[p]:
+                continue
+            sent = False
+            for k in range(t_ptr[t], t_ptr[t + 1]):
+                c = t_cons[k]
+                if zero[c] or label[c] == label[p] or seen[label[c]] == t:
+                    continue
+                seen[label[c]] = t
+                sub_time[label[c]] += convert * t_bytes[t]
+                sent = True
+            if sent:
+                sub_time[label[p]] += convert * t_bytes[t]
     m = p_ptr[n]
     e_a = np.empty(m, np.int64)
     e_b = np.empty(m, np.int64)
@@ -450,12 +471,12 @@ def concurrent_makespan(eff, time, zero, p_ptr, p_src, p_cost, label, n_lab, n_d
 
 @njit(cache=True)
 def concurrent_batch(devs, time, zero, u_src, u_dst, p_ptr, p_src, p_cost, n_dev, launch, handover, request,
-                     out, label, parent, fwd, bwd):
+                     t_ptr, t_prod, t_cons, t_bytes, convert, out, label, parent, fwd, bwd):
     """:func:`concurrent_makespan` (+ ``request``) of every row of ``devs`` into ``out``."""
     for b in range(devs.shape[0]):
         k = concurrent_labels(devs[b], zero, u_src, u_dst, label, parent, fwd, bwd)
         out[b] = request + concurrent_makespan(devs[b], time, zero, p_ptr, p_src, p_cost, label, k, n_dev,
-                                               launch, handover)
+                                               launch, handover, t_ptr, t_prod, t_cons, t_bytes, convert)
 
 
 @njit(cache=True)

@@ -67,11 +67,14 @@ class Concurrent(_Objective, tag="concurrent"):
     its device subgraphs at once, each device running one at a time
     (:meth:`~hdp.placement.simulate.Simulator.latency_concurrent`). ``launch`` seconds per subgraph
     (None: the cost table's subgraph overhead), ``handover`` per edge between subgraphs, ``request``
-    per inference: what ``hdp calibrate`` measured of the executor on this host, when it did."""
+    per inference, ``convert`` per byte of a tensor crossing between two subgraphs, paid by the
+    producer's device (out of the plugin's internal layout) and again by each consumer subgraph's
+    (into it): what ``hdp calibrate`` measured of the executor on this host, when it did."""
 
     launch: Annotated[float, Meta(ge=0, le=10)] | None = None
     handover: Annotated[float, Meta(ge=0, le=10)] = 0.0
     request: Annotated[float, Meta(ge=0, le=10)] = 0.0
+    convert: Annotated[float, Meta(ge=0, le=1e-6)] = 0.0
 
     def label(self) -> str:
         return "concurrent latency"

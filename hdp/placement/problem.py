@@ -64,6 +64,10 @@ class PlacementProblem(msgspec.Struct, frozen=True):
     capacity: np.ndarray | None = None  # float64 bytes per device; None: every device unlimited
     #: each device's memory model (overhead, copies at its precision); None: stored bytes only
     device_memory: DeviceMemory | None = None
+    #: bytes per tensor that a sub-model taking or giving it converts from or to its plugin's own
+    #: layout (the concurrent executor's ``convert`` term): a 4-D or 5-D tensor's bytes (the CPU
+    #: plugin's blocked layouts, nChw8c/nChw16c, are for those), 0 for the others; None: every byte
+    convert_bytes: np.ndarray | None = None
 
     @property
     def needs(self) -> MemoryNeeds:
@@ -220,10 +224,14 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     for a in (time, allowed, op_time, t_cost, r_ptr, r_groups, r_time):
         a.setflags(write=False)
     needs = memory_needs(g, st, state_scale(module.meta, context))
+    blocked = np.array([len(g.ops[o].out_shapes[pt]) in (4, 5) if pt < len(g.ops[o].out_shapes) else False
+                        for o, pt in zip(st.t_op, st.t_port)], bool)
+    convert_bytes = np.where(blocked, st.t_bytes, 0).astype(np.float64)
+    convert_bytes.setflags(write=False)
     p = PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
                          t_cost=t_cost, r_ptr=r_ptr, r_groups=r_groups, r_time=r_time, link_latency=lat,
                          link_bandwidth=bw, subgraph_overhead=ovh, has_costs=c is not None, objective=objective,
-                         memory=needs, device_memory=device_memory)
+                         memory=needs, device_memory=device_memory, convert_bytes=convert_bytes)
     if capacity is not None:
         if len(capacity) != nd:
             raise ValueError(f"capacity has {len(capacity)} entries for {nd} devices")

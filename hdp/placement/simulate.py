@@ -50,8 +50,12 @@ Concurrent semantics (:meth:`Simulator.latency_concurrent`) are those of hdp's o
 (:mod:`hdp.runtime.concurrent`): the groups are cut into the executor's subgraphs
 (:func:`~hdp.placement._kernels.concurrent_labels`), each runs whole on its device, one at a time
 per device, starting when its inputs have arrived; ``launch`` seconds per subgraph and
-``handover`` seconds per edge between subgraphs, plus the copy time of edges crossing devices.
-The op-level what-if above is a lower bound of it: a subgraph hands its outputs over at its end.
+``handover`` seconds per edge between subgraphs, plus the copy time of edges crossing devices, and
+``convert`` seconds per byte of each tensor a subgraph receives or hands over, on its own device
+(a CPU-plugin sub-model converts its plain inputs and outputs from and to its blocked layout:
+ResNet-50 cut into 13 sub-models ran 7 ms, 21 %, slower in sum than whole, 4.7 ms of it in
+Reorder nodes). The op-level what-if above is a lower bound of it (with ``convert`` 0): a subgraph
+hands its outputs over at its end.
 """
 
 from __future__ import annotations
@@ -94,6 +98,9 @@ class Simulator:
         self.t_prod = st.t_prod.astype(np.int64)
         self.t_cons = st.t_cons.astype(np.int64)
         self.t_cost = np.ascontiguousarray(problem.t_cost, np.float64)
+        #: bytes the executor converts per tensor crossing its sub-models (``Concurrent.convert``)
+        self.t_bytes = np.ascontiguousarray(st.t_bytes if problem.convert_bytes is None else problem.convert_bytes,
+                                            np.float64)
         self.u_src = np.repeat(np.arange(k, dtype=np.int64), np.diff(st.g_ptr))
         self.u_dst = st.g_idx.astype(np.int64)
         # the contracted graph's edges, each with the copy seconds of the tensors it carries
@@ -209,7 +216,7 @@ class Simulator:
         return label, int(k)
 
     def latency_concurrent(self, group_device: np.ndarray, launch: float | None = None,
-                           handover: float = 0.0, request: float = 0.0) -> float:
+                           handover: float = 0.0, request: float = 0.0, convert: float = 0.0) -> float:
         """Latency under hdp's concurrent executor (see the module docstring): ``request`` plus the
         makespan; ``launch`` defaults to the subgraph overhead of the cost table."""
         d = self._check(group_device)
@@ -218,7 +225,9 @@ class Simulator:
         label, k = self.concurrent_subgraphs(d)
         return request + float(K.concurrent_makespan(d, self.time_full, self.zero, self.p_ptr, self.p_src,
                                                      self.p_cost, label, k, self.n_devices,
-                                                     self.overhead if launch is None else launch, handover))
+                                                     self.overhead if launch is None else launch, handover,
+                                                     self.t_ptr, self.t_prod, self.t_cons, self.t_bytes,
+                                                     convert))
 
     def loads(self, group_device: np.ndarray) -> np.ndarray:
         """Seconds of one request each device works (the throughput model's ``load[d]``)."""
@@ -242,14 +251,14 @@ class Simulator:
         if isinstance(ob, Throughput):
             return self.period(group_device)
         if isinstance(ob, Concurrent):
-            return self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request)
+            return self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request, ob.convert)
         return self.latency(group_device)
 
     def costs(self, matrix: np.ndarray) -> np.ndarray:
         """:meth:`cost` of every row of a (placements x groups) matrix."""
         ob = self.objective
         if isinstance(ob, Concurrent):
-            return self.latencies_concurrent(matrix, ob.launch, ob.handover, ob.request)
+            return self.latencies_concurrent(matrix, ob.launch, ob.handover, ob.request, ob.convert)
         if not isinstance(ob, Throughput):
             return self.latencies(matrix)
         d = self._check(np.atleast_2d(matrix))
@@ -279,7 +288,7 @@ class Simulator:
                 for j in range(self.n_devices) if mem[j] > self.capacity[j]]
 
     def latencies_concurrent(self, matrix: np.ndarray, launch: float | None = None, handover: float = 0.0,
-                             request: float = 0.0) -> np.ndarray:
+                             request: float = 0.0, convert: float = 0.0) -> np.ndarray:
         """:meth:`latency_concurrent` of every row of a (placements x groups) matrix."""
         d = self._check(np.atleast_2d(matrix))
         out = np.empty(d.shape[0])
@@ -287,7 +296,8 @@ class Simulator:
             out[:] = 0.0
             return out
         K.concurrent_batch(d, self.time_full, self.zero, self.u_src, self.u_dst, self.p_ptr, self.p_src, self.p_cost,
-                           self.n_devices, self.overhead if launch is None else launch, handover, request, out,
+                           self.n_devices, self.overhead if launch is None else launch, handover, request,
+                           self.t_ptr, self.t_prod, self.t_cons, self.t_bytes, convert, out,
                            self._label, self._parent, self._label2, self._stage)
         return out
 
@@ -303,7 +313,7 @@ class Simulator:
                "subgraphs": nsub, "lower_bound": self.problem.lower_bound()}
         ob = self.objective
         if isinstance(ob, Concurrent):
-            out["concurrent"] = self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request)
+            out["concurrent"] = self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request, ob.convert)
             out["concurrent_subgraphs"] = self.concurrent_subgraphs(group_device)[1]
         if isinstance(self.objective, Throughput):
             loads = self.loads(group_device)

@@ -327,8 +327,10 @@ class ExecutorCosts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """What the executor costs beyond the ops it runs, measured on this host: ``request`` seconds
     per inference (starting it, waiting for the last subgraph, handing the outputs back),
     ``launch`` per subgraph (a lane picks it up, binds its inputs, runs its infer request, reports
-    it done) and ``handover`` per edge between subgraphs on different lanes (a successor released
-    by one lane, started on another). ``*_ci``: their 95 % intervals."""
+    it done), ``handover`` per edge between subgraphs on different lanes (a successor released
+    by one lane, started on another) and ``convert`` per byte of a tensor leaving one sub-model
+    or entering another (the plugin converts it out of or into its own layout). ``*_ci``: their
+    95 % intervals."""
 
     request: float
     launch: float
@@ -337,14 +339,20 @@ class ExecutorCosts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     launch_ci: tuple[float, float] = (0.0, 0.0)
     handover_ci: tuple[float, float] = (0.0, 0.0)
     rounds: int = 0
+    convert: float = 0.0
+    convert_ci: tuple[float, float] = (0.0, 0.0)
 
     def describe(self) -> str:
         def us(x, ci):
             return f"{x * 1e6:.1f} us (95 % CI {ci[0] * 1e6:.1f}…{ci[1] * 1e6:.1f})"
 
+        def ms_mb(x, ci):
+            return f"{x * 1e9:.3g} ms per MB (95 % CI {ci[0] * 1e9:.3g}…{ci[1] * 1e9:.3g})"
+
         return (f"concurrent executor: {us(self.request, self.request_ci)} per inference, "
                 f"{us(self.launch, self.launch_ci)} per subgraph, {us(self.handover, self.handover_ci)} per "
-                f"hand-over between devices; {self.rounds} interleaved rounds")
+                f"hand-over between devices, {ms_mb(self.convert, self.convert_ci)} converted into or out "
+                f"of a sub-model; {self.rounds} interleaved rounds")
 
 
 def _probe(devices: Sequence[str], n: int, fan: bool = False):
@@ -371,6 +379,41 @@ def _probe(devices: Sequence[str], n: int, fan: bool = False):
     return model
 
 
+def _convert_probes(device: str, channels: int = 512, side: int = 28):
+    """A chain of two 1x1 convolutions (+ Relu) on [1, channels, side, side], all on ``device``:
+    whole, and cut between the two into a first part (its output a Result) and a second (its input
+    a Parameter). The two parts together convert the cut tensor once out of the plugin's layout and
+    once into it, which the whole model never does; the bytes of that tensor.
+
+    The default is a ResNet-50 stage-3 shape (a 1.6 MB tensor, 1 MB of weights per convolution):
+    in a network the weights between two uses of a tensor push it out of the core's cache, and a
+    conversion costs what it costs from the shared cache. Measured here (AMD EPYC, 2 MB L2 per
+    core, f32): 0.19-0.21 ms per MB for 256x56x56, 512x28x28, 128x112x112 and 1024x14x14 tensors;
+    0.09 ms per MB for 64x56x56 with its 16 KB of weights, where the tensor stays in L2."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    w = [ops.constant(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32) * 0.1) for _ in range(2)]
+
+    def conv(x, k):
+        return ops.relu(ops.convolution(x, w[k], [1, 1], [0, 0], [0, 0], [1, 1]))
+
+    shape = [1, channels, side, side]
+
+    def model(ks, name):
+        x = ops.parameter(shape, np.float32, name="x")
+        y = x
+        for k in ks:
+            y = conv(y, k)
+        m = ov.Model([ops.result(y)], [x], name)
+        for op in m.get_ordered_ops():
+            op.get_rt_info()["affinity"] = device
+        return m
+
+    return [model((0, 1), "whole"), model((0,), "first"), model((1,), "second")], 4 * int(np.prod(shape))
+
+
 def fit_executor_costs(target, core=None, *, rounds: int = 200, n: int = 8) -> ExecutorCosts:
     """Measure :class:`ExecutorCosts` on the first two real devices of ``target`` (one device: the
     hand-over is not measured and reads 0).
@@ -379,8 +422,11 @@ def fit_executor_costs(target, core=None, *, rounds: int = 200, n: int = 8) -> E
     on the calling thread, interleaved round by round; what the executor adds to the inline time
     is ``request + launch`` for one subgraph (every op on one device, a chain), ``request + n
     launch`` for ``n`` independent subgraphs on one device, and ``request + n launch + (n - 1)
-    handover`` for a chain alternating between two devices. Each estimate is the Hodges-Lehmann
-    centre of its per-round values, with its 95 % interval."""
+    handover`` for a chain alternating between two devices. ``convert``: two 1x1 convolutions on
+    [1, 512, 28, 28] (:func:`_convert_probes`) compiled for the executor on the first device, whole
+    and as two sub-models, timed inline (``rounds / 4`` rounds); the parts' sum less the whole and
+    one request (the tiny chain's inline time), per byte converted (twice the cut tensor). Each estimate is the
+    Hodges-Lehmann centre of its per-round values, with its 95 % interval."""
     import time
 
     import openvino as ov
@@ -425,13 +471,30 @@ def fit_executor_costs(target, core=None, *, rounds: int = 200, n: int = 8) -> E
             took = clock() - t0
             if r >= 0:
                 extra[r, j] = took - inline(reqs[j])
-    for cm in models:
+    # apart, after: the convolutions' megabytes would evict the tiny probes' caches
+    conv_models, conv_bytes = _convert_probes(devs[0])
+    convs = [compile_concurrent(m, target, core, devs[:1], source="<executor probe>") for m in conv_models]
+    xc = ov.Tensor(np.ones(tuple(conv_models[0].inputs[0].get_partial_shape().to_shape()), np.float32))
+    conv_reqs = []
+    for cm in convs:
+        req = cm.create_infer_request()
+        req.set_input_tensor(0, xc)
+        conv_reqs.append(req)
+    conv = np.zeros(max(rounds // 4, 8))  # a round takes about 9 ms of convolutions
+    for r in range(-3, conv.shape[0]):
+        t = [0.0, 0.0, 0.0]  # whole, first part, second part
+        for j in (range(3) if r % 2 else reversed(range(3))):
+            t[j] = inline(conv_reqs[j])
+        if r >= 0:
+            conv[r] = (t[1] + t[2] - t[0] - inline(reqs[0])) / (2 * conv_bytes)
+    for cm in models + convs:
         cm.close()
     k = [len(cm.split.subgraphs) for cm in models]
     launch = hodges_lehmann((extra[:, 1] - extra[:, 0]) / (k[1] - 1))
     request = hodges_lehmann(extra[:, 0] - (extra[:, 1] - extra[:, 0]) / (k[1] - 1))
+    per_byte = hodges_lehmann(conv)
     out = dict(request=max(request[0], 0.0), launch=max(launch[0], 0.0), request_ci=request[1:],
-               launch_ci=launch[1:], rounds=rounds)
+               launch_ci=launch[1:], rounds=rounds, convert=max(per_byte[0], 0.0), convert_ci=per_byte[1:])
     if len(reqs) > 2:
         hand = hodges_lehmann((extra[:, 2] - extra[:, 1] - (k[2] - k[1]) * (extra[:, 1] - extra[:, 0]) / (k[1] - 1))
                               / (k[2] - 1))
