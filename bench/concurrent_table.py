@@ -19,7 +19,8 @@ one inference each per round in a balanced rotating order (:func:`hdp.runtime.st
 
 With ``--simulate`` the model is also profiled on the target (``support``, ``profile``, ``coarsen``
 passes, cached in ``--cache-dir``) and the executor's own costs are measured on this host
-(:func:`hdp.runtime.concurrent.fit_executor_costs`, as ``hdp calibrate`` does), and the table gives
+(:func:`hdp.runtime.concurrent.fit_executor_costs`; ``hdp calibrate``'s, conversions fitted on
+executor runs, when the cache holds a calibration of the target), and the table gives
 the simulated latency of each placed candidate beside its measured median, with the error
 ``simulated / measured - 1``.
 
@@ -271,8 +272,17 @@ def main() -> None:
 
             tgt = read_placed(f).target
             if tgt.name not in executors:
-                executors[tgt.name] = fit_executor_costs(tgt)
-                print(f"{tgt.name}: {executors[tgt.name].describe()}")
+                from hdp.cli_common import pass_cache
+                from hdp.runtime.calibrate import calibration_for
+
+                cache = pass_cache(args.cache_dir, False)
+                cal = calibration_for(tgt, cache.dir) if cache is not None else None
+                if cal is not None and cal.executor is not None:  # hdp calibrate's: the conversions fitted
+                    executors[tgt.name] = cal.executor
+                    print(f"{tgt.name}: hdp calibrate's (stored {cal.created}) {cal.executor.describe()}")
+                else:
+                    executors[tgt.name] = fit_executor_costs(tgt)
+                    print(f"{tgt.name}: measured now: {executors[tgt.name].describe()}")
             sim = simulated(f, args.cache_dir, executors[tgt.name])
         res = measure(f, args.rounds)
         if sim is not None:

@@ -52,7 +52,8 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     """Measure placements of MODELS on a real target and fit what a cut between devices costs on
     this host (per HETERO subgraph, per copied tensor, per byte), with corrections of each model's
     profile, and what hdp's concurrent executor adds (per inference, per subgraph, per hand-over
-    between devices; used by `--execution concurrent`). The result is stored per host, OpenVINO version and target in the hdp cache, and
+    between devices, per byte a sub-model converts; used by `--execution concurrent`): a probe
+    measures them, then placements of each model run by the executor refit the conversion cost. The result is stored per host, OpenVINO version and target in the hdp cache, and
     `hdp compile` uses it from then on (the `boundary` pass after `profile`).
 
     Every placement is measured interleaved with a reference (every op on the first device), so
@@ -76,17 +77,23 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     plan = experiment.precision_plan(resolution=resolution / 100, max_seconds=max_seconds)
     store = None if cache is None else C.CalibrationStore(cache.dir)
     old = store.get(tgt) if store is not None and not fresh else None
+    from hdp.runtime.concurrent import fit_executor_costs
+
+    # the executor's own costs first: the simulated ratios of the placements it runs below use them
+    executor = fit_executor_costs(tgt)
     observations: list = []
+    executed: list = []
     kw = {"timeout": timeout} if timeout else {}
     for xml in models:
         module = prepare(xml, tgt, shapes, cache, timeout)
         name = Path(xml).stem
-        obs = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout,
-                                          fit_random=fit_random, plan=plan, batch=batch,
-                                          say=lambda s: click.echo(f"  {s}"), **kw)
+        obs, ex = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout,
+                                              fit_random=fit_random, plan=plan, batch=batch, executor=executor,
+                                              say=lambda s: click.echo(f"  {s}"), **kw)
         if not obs:
             raise InputError(f"{xml}: no placement could be measured")
         observations += obs
+        executed += ex
     new_tables = {o.costs for o in observations}
     if old is not None:
         kept = [o for o in old.observations if o.costs not in new_tables]
@@ -94,9 +101,10 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
             click.echo(f"refitting with {len(kept)} stored observations of "
                        f"{len({o.costs for o in kept})} other profiles (--fresh to drop them)")
         observations = kept + observations
-    from hdp.runtime.concurrent import fit_executor_costs
+        # executor observations of other profiles, simulated with another probe's costs: kept as they are
+        executed = [o for o in old.executor_observations if o.costs not in new_tables] + executed
 
-    cal = C.build(tgt, observations, executor=fit_executor_costs(tgt))
+    cal = C.build(tgt, observations, executor=executor, executor_observations=executed)
     for line in C.report(cal):
         click.echo(line)
     agree = [o for o in cal.observations if o.hetero_subgraphs > 0]

@@ -380,3 +380,73 @@ def test_compile_applies_a_stored_calibration(branchy_xml, tmp_path):
                                   "optimal", "--no-compare", "--quiet", "--timings", str(timings), "--no-cache"])
     assert r.exit_code == 0, r.output
     assert "boundary" not in [row["pass"] for row in json.loads(timings.read_text())]
+
+
+# --------------------------------------------------------------------------- the executor's conversions
+
+
+def _executor_obs(rng, truth: float, n: int, heldout: bool = False, noise: float = 0.01):
+    """Executor observations whose simulated ratio grows with ``convert`` (per placement, a base ratio
+    and a conversion volume); measured at ``truth`` with log-normal noise."""
+    out = []
+    for i in range(n):
+        base, vol = rng.uniform(0.7, 1.2), rng.uniform(1e7, 6e7) / 0.035  # bytes over a 35 ms reference
+        pred = tuple(base + vol * c / 1.0 for c in C.CONVERT_GRID)
+        r = (base + vol * truth) * float(np.exp(rng.normal(0, noise)))
+        out.append(C.ExecutorObservation(model="m", costs="x", name=f"p{i}", heldout=heldout, ratio=r,
+                                         low=r * 0.98, high=r * 1.02, rounds=30, subgraphs=5 + i,
+                                         grid=C.CONVERT_GRID, predicted=pred))
+    return out
+
+
+def test_fit_convert_recovers_the_conversion_cost_and_build_keeps_the_probe():
+    """The conversion cost per byte is refitted on the executor's measured placements (not the held-out
+    ones); the calibration keeps the probe's value beside it and reports both errors."""
+    from hdp.runtime.concurrent import ExecutorCosts
+
+    rng = np.random.default_rng(4)
+    truth = 3.1e-10
+    fit = _executor_obs(rng, truth, 8)
+    held = _executor_obs(rng, 9e-10, 3, heldout=True)  # would pull the fit far off if used
+    assert C.fit_convert(fit + held) != pytest.approx(truth, rel=0.05)
+    got = C.fit_convert(fit)
+    assert got == pytest.approx(truth, rel=0.05)
+    assert C.fit_convert([]) is None
+    assert C.fit_convert([msgspec.structs.replace(o, low=0.0, high=0.0) for o in fit]) is None  # no interval
+    probe = ExecutorCosts(request=2e-5, launch=7e-6, handover=3e-5, convert=1.3e-10, convert_ci=(1e-10, 1.6e-10))
+    rng2 = np.random.default_rng(2)
+    truth_b = C.BoundaryModel(subgraph_overhead=200e-6, copy_latency=0.0, copy_per_byte=1e-9)
+    obs = _synthetic(rng2, truth_b, {"a": (1.0, 1.0, 0.2)}, n_per_table=12, noise=0.002)
+    cal = C.build(load_target("virtual"), obs, executor=probe, executor_observations=fit + held)
+    assert cal.executor.convert == pytest.approx(truth, rel=0.05) and cal.convert_probe == 1.3e-10
+    assert cal.executor.launch == probe.launch  # the rest stays the probe's
+    text = "\n".join(C.report(cal))
+    assert "conversion cost fitted on 8 placements" in text and "held out, 3 placements" in text
+    # stored and read back
+    back = msgspec.json.decode(msgspec.json.encode(cal), type=C.Calibration)
+    assert back.executor_observations[0].at(truth) == pytest.approx(fit[0].at(truth))
+    # no executor observations: the probe's value stands
+    assert C.build(load_target("virtual"), obs, executor=probe).executor.convert == 1.3e-10
+
+
+@pytest.mark.slow
+def test_hdp_calibrate_measures_placements_run_by_the_executor(tmp_path):
+    """`hdp calibrate` on the two-core bed: besides HETERO's placements, some run by the concurrent
+    executor (fitted and held out), whose conversion cost is refitted and stored with the probe's."""
+    import openvino as ov
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    xml = tmp_path / "residual.xml"
+    ov.save_model(_residual_net(), str(xml))
+    cache = tmp_path / "cache"
+    r = CliRunner().invoke(main, ["calibrate", str(xml), "--target", "virtual-2x1", "--heldout", "2", "--random", "2",
+                                  "--max-seconds", "3", "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    cal = C.CalibrationStore(cache).get(load_target("virtual-2x1"))
+    xo = cal.executor_observations
+    assert xo and any(o.heldout for o in xo) and any(not o.heldout for o in xo)
+    assert all(o.ratio > 0 and len(o.predicted) == len(C.CONVERT_GRID) and o.subgraphs >= 2 for o in xo)
+    assert cal.convert_probe is not None and cal.executor.convert >= 0
+    assert "conversion cost fitted on" in r.output and "executor blocks:" in r.output

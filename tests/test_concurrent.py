@@ -463,6 +463,26 @@ def test_the_concurrent_objective_is_priced_by_the_executor_model():
     assert rep["concurrent"] == pytest.approx(sim.cost(split)) and rep["concurrent_subgraphs"] >= 4
 
 
+def test_heft_prices_the_conversions_of_a_cut_for_the_executor():
+    """The towers pay off on two devices while a cut costs little; once each cut tensor's conversions
+    out of and into a sub-model cost more than a tower, heft keeps the model on one device (and the
+    simulator agrees that this is faster)."""
+    from hdp.placement.objective import Concurrent
+    from hdp.placement.simulate import Simulator
+    from hdp.placers import place
+    from hdp.placers.options import method_from
+
+    for convert, split_expected in ((0.0, True), (2e-3, False)):
+        ctx = _towers_ctx(Concurrent(convert=convert))
+        p = ctx.problem
+        p = msgspec.structs.replace(p, convert_bytes=p.structure.t_bytes.astype(float))  # as 4-D tensors
+        ctx = type(ctx)(module=ctx.module, problem=p)
+        gd = place(method_from("heft"), ctx).group_device
+        assert (np.unique(gd).size > 1) == split_expected, convert
+        sim = Simulator(p)
+        assert sim.cost(gd) <= min(sim.cost(p.single(j)) for j in range(2)) + 1e-12
+
+
 def test_placers_serve_the_concurrent_objective_or_refuse_in_one_line():
     from hdp.placement.objective import Concurrent
     from hdp.placement.simulate import Simulator

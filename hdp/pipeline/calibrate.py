@@ -210,14 +210,74 @@ def measure_design(measurer, problem, sim, placements: Sequence[Design], *, mode
 
 
 
+#: The design placements the executor is measured on (names starting so), at most this many each.
+EXECUTOR_FIT = ("blocks:", "random:coarse:", "optimal:")
+EXECUTOR_HELD = ("heft", "heldout:random:coarse:")
+EXECUTOR_MAX = (6, 4)
+
+
+def executor_design(placements: Sequence[Design]) -> list[Design]:
+    """The placements of a design the concurrent executor is measured on: the contiguous blocks,
+    random placements of coarse groups and ``optimal``'s (fitted), heft's and held-out random ones
+    (held out); not the per-group random ones, whose hundreds of sub-models say little about a
+    placement anyone would run."""
+    fit = [p for p in placements if not p.heldout and p.name.startswith(EXECUTOR_FIT)][:EXECUTOR_MAX[0]]
+    held = [p for p in placements if p.heldout and p.name.startswith(EXECUTOR_HELD)][:EXECUTOR_MAX[1]]
+    return fit + held
+
+
+def measure_executor(measurer, problem, sim, placements: Sequence[Design], executor, *, model: str, costs: str,
+                     plan=None, batch: int = 3, say: Callable[[str], None] = lambda s: None) -> list:
+    """Measure each placement run by the concurrent executor head to head with ``placements[0]``
+    (the reference, under HETERO), ``batch`` per comparison; each observation carries the
+    simulator's ratio on :data:`hdp.runtime.calibrate.CONVERT_GRID` with ``executor``'s (probed)
+    launch, hand-over and request costs."""
+    from hdp.runtime.calibrate import CONVERT_GRID, ExecutorObservation
+    from hdp.runtime.measurement import placed
+
+    plan = plan or precision_plan()
+    ref = placements[0]
+    ref_t = sim.latency(ref.group_device)
+    out = []
+    rest = [p for p in executor_design(placements[1:]) if np.unique(p.group_device).size > 1]
+    for i in range(0, len(rest), batch):
+        chunk = rest[i:i + batch]
+        cands = [placed(problem.op_devices(ref.group_device), name="reference")]
+        cands += [placed(problem.op_devices(p.group_device), name=p.name, execution="concurrent") for p in chunk]
+        h = measurer.head_to_head(cands, plan)
+        if not h.measurements[0].ok:
+            say(f"executor: reference failed: {h.measurements[0].error}")
+            continue
+        for j, p in enumerate(chunk, 1):
+            m = h.measurements[j]
+            if not m.ok:
+                say(f"executor {p.name}: {m.error}")
+                continue
+            c = h.compare(0, j)
+            lo, hi = (c.low, c.high) if math.isfinite(c.high) and c.low > 0 else (0.0, 0.0)
+            gd = np.asarray(p.group_device, np.int64)
+            pred = tuple(sim.latency_concurrent(gd, executor.launch, executor.handover, executor.request, x) / ref_t
+                         for x in CONVERT_GRID)
+            o = ExecutorObservation(model=model, costs=costs, name=p.name, heldout=p.heldout, ratio=float(c.ratio),
+                                    low=float(lo), high=float(hi), rounds=int(c.rounds),
+                                    subgraphs=int(sim.concurrent_subgraphs(gd)[1]), grid=CONVERT_GRID, predicted=pred)
+            out.append(o)
+            say(f"executor {p.name:<17} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
+                f"{o.subgraphs} sub-models; simulated {pred[0]:.3f} without conversions")
+    return out
+
+
 # --------------------------------------------------------------------------- one model
 
 
 def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int = 10, fit_random: int = 4,
-                     plan=None, batch: int = 3, timeout: float = 600.0,
-                     say: Callable[[str], None] = lambda s: None) -> list[Observation]:
+                     plan=None, batch: int = 3, timeout: float = 600.0, executor=None,
+                     say: Callable[[str], None] = lambda s: None):
     """Measure the calibration design of one profiled module (it needs ``support`` and ``costs``;
-    ``coarse`` is used for random placements when present)."""
+    ``coarse`` is used for random placements when present). With ``executor`` (the probed
+    :class:`~hdp.runtime.concurrent.ExecutorCosts`), also a part of it run by the concurrent
+    executor (:func:`measure_executor`), and the result is ``(observations, executor
+    observations)``; without, the observations alone."""
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
     from hdp.runtime.measure import Measurer
@@ -233,5 +293,9 @@ def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int 
     say(f"{model}: {problem.n_groups} tie groups; measuring {len(pls) - 1} placements against "
         f"'{pls[0].name}' ({sum(p.heldout for p in pls)} held out)")
     with Measurer(module, target, timeout=timeout, cache=False) as m:
-        return measure_design(m, problem, sim, pls, model=model, costs=costs_digest(module.costs), plan=plan,
-                              batch=batch, say=say)
+        obs = measure_design(m, problem, sim, pls, model=model, costs=costs_digest(module.costs), plan=plan,
+                             batch=batch, say=say)
+        if executor is None:
+            return obs
+        return obs, measure_executor(m, problem, sim, pls, executor, model=model, costs=costs_digest(module.costs),
+                                     plan=plan, batch=batch, say=say)

@@ -109,12 +109,15 @@ class Simulator:
         per_cons = np.repeat(np.arange(st.n_tensors), np.diff(self.t_ptr))
         uniq, inv = np.unique(self.t_prod[per_cons] * kk + self.t_cons, return_inverse=True)
         cost = np.bincount(inv.reshape(-1), weights=self.t_cost[per_cons], minlength=uniq.shape[0])
+        conv = np.bincount(inv.reshape(-1), weights=self.t_bytes[per_cons], minlength=uniq.shape[0])
         e_src, e_dst = uniq // kk, uniq % kk
         order = np.lexsort((e_src, e_dst))
         self.p_src, self.p_cost = e_src[order], cost[order]
+        #: per edge, the bytes a cut there converts on each side (``Concurrent.convert``; for heft)
+        self.p_convert = conv[order]
         self.p_ptr = np.zeros(k + 1, np.int64)
         np.cumsum(np.bincount(e_dst, minlength=k), out=self.p_ptr[1:])
-        self.s_dst, self.s_cost = e_dst, cost  # uniq is sorted by source
+        self.s_dst, self.s_cost, self.s_convert = e_dst, cost, conv  # uniq is sorted by source
         self.s_ptr = np.zeros(k + 1, np.int64)
         np.cumsum(np.bincount(e_src, minlength=k), out=self.s_ptr[1:])
         self._eff = np.empty(k, np.int64)

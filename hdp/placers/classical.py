@@ -112,24 +112,33 @@ def random_placement(o: Random, ctx: PlaceContext) -> Placed:
 
 
 def heft(o: Heft, ctx: PlaceContext) -> Placed:
-    """HEFT list scheduling over tie groups: upward rank, earliest finish time with transfer costs."""
+    """HEFT list scheduling over tie groups: upward rank, earliest finish time with transfer costs
+    (for the concurrent executor, an edge cut between devices also costs its tensor's conversion
+    out of one sub-model and into the other, ``Concurrent.convert`` per byte each)."""
+    from hdp.placement.objective import Concurrent
+
     p = ctx.problem
     sim = Simulator(p)
     k = p.n_groups
     if not k:
         return Placed(np.zeros(0, np.int16))
-    rank = K.upward_rank(sim.time_full, sim.s_ptr, sim.s_dst, sim.s_cost)
+    ob = p.objective
+    s_cost, p_cost = sim.s_cost, sim.p_cost  # the edges' seconds when cut, by source and by destination
+    if isinstance(ob, Concurrent) and ob.convert > 0:
+        s_cost = s_cost + 2 * ob.convert * sim.s_convert
+        p_cost = p_cost + 2 * ob.convert * sim.p_convert
+    rank = K.upward_rank(sim.time_full, sim.s_ptr, sim.s_dst, s_cost)
     sched = np.lexsort((np.arange(k), -rank)).astype(np.int64)
     dev = np.full(k, -1, np.int64)
     if p.memory_binds:
-        makespan = _heft_memory(p, sim, sched, dev, ctx)
+        makespan = _heft_memory(p, sim, sched, dev, ctx, p_cost)
     else:
-        makespan = K.heft_schedule(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev)
+        makespan = K.heft_schedule(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, p_cost, dev)
     return Placed(dev.astype(np.int16), {"makespan": float(makespan), **sim.report(dev),
                                          "parallel": sim.latency_parallel(dev)})
 
 
-def _heft_memory(p, sim, sched, dev, ctx) -> float:
+def _heft_memory(p, sim, sched, dev, ctx, p_cost) -> float:
     """HEFT over the devices with room left for each group (m-ETF); InputError naming the group's
     first op, its bytes and each device's room when one fits nowhere."""
     from hdp.placement.memory import size_text
@@ -144,7 +153,7 @@ def _heft_memory(p, sim, sched, dev, ctx) -> float:
     np.cumsum(np.bincount(needs.u_groups, minlength=k), out=gu_ptr[1:])
     base, peak = np.empty(p.n_devices), np.empty(p.n_devices)
     unit_on = np.empty((n_u, p.n_devices), np.bool_)
-    makespan = K.heft_schedule_mem(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, sim.p_cost, dev,
+    makespan = K.heft_schedule_mem(sched, sim.time_full, sim.zero, sim.p_ptr, sim.p_src, p_cost, dev,
                                    sim.m_fixed, sim.m_act, gu_ptr, gu_units, sim.mu_bytes, sim.m_overhead,
                                    sim.capacity, base, peak, unit_on)
     if makespan < 0:

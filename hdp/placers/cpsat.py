@@ -15,6 +15,9 @@ placed and scheduled under the executor's semantics as the simulator prices them
   time of an edge that crosses devices — pays ``launch`` once (one *payer* per subgraph, found
   by a spanning forest of its edges with depths, so no cycle can excuse a subgraph from it), then
   runs its groups; every output leaves at ``F``;
+- the executor's per-byte conversions (``Concurrent.convert``) are not modelled: the model can
+  only under-price a placement, so its bound stays a bound, and the simulator's price, which the
+  cuts below use, includes them;
 - Parameter/Result-only groups take no time and hand over for free; memory caps of the problem
   (weights and state per group, shared constants once per device, the largest activation) are
   constraints when some device has one; the makespan (plus the objective's ``request``) is

@@ -141,6 +141,64 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     placement: tuple[int, ...] = ()  # the device of every tie group (for analysis)
 
 
+class ExecutorObservation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One placement run by hdp's concurrent executor, measured head to head with the reference
+    (every op on the first device, under HETERO): the measured ratio, and the simulator's ratio
+    (:meth:`~hdp.placement.simulate.Simulator.latency_concurrent` over the reference's latency,
+    with the executor's probed launch, hand-over and request costs) at each ``convert`` of ``grid``
+    (seconds per byte), so that the fit needs no model."""
+
+    model: str
+    costs: str
+    name: str
+    heldout: bool
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    subgraphs: int  # the executor's sub-models
+    grid: tuple[float, ...]
+    predicted: tuple[float, ...]
+
+    def at(self, convert: float) -> float:
+        """The simulator's ratio at ``convert`` (linear between grid points, clamped at its ends)."""
+        return float(np.interp(convert, self.grid, self.predicted))
+
+
+#: The ``convert`` values (seconds per byte) at which each executor observation is simulated:
+#: 0 to 2 ms per MB (the probe reads 0.1-0.2 here; HETERO's fitted copy cost is 0.3 per MB for both sides).
+CONVERT_GRID = tuple(float(x) for x in np.linspace(0.0, 2e-9, 41))
+
+
+def fit_convert(obs: Sequence[ExecutorObservation]) -> float | None:
+    """The ``convert`` (seconds per byte) that best explains the measured executor ratios: least
+    squares on log ratios, each divided by its standard error (as the boundary fit), over the grid's
+    range; None without observations."""
+    from scipy.optimize import minimize_scalar
+
+    use = [o for o in obs if o.ratio > 0 and o.grid and math.isfinite(_se(o))]
+    if not use:
+        return None
+    se = np.array([_se(o) for o in use])
+    meas = np.log([o.ratio for o in use])
+
+    def loss(c: float) -> float:
+        pred = np.log(np.maximum([o.at(c) for o in use], 1e-12))
+        return float((((pred - meas) / se) ** 2).sum())
+
+    lo, hi = min(o.grid[0] for o in use), max(o.grid[-1] for o in use)
+    grid = np.linspace(lo, hi, 81)  # the loss is piecewise smooth: start from the best grid point
+    best = float(grid[int(np.argmin([loss(c) for c in grid]))])
+    step = (hi - lo) / 80
+    r = minimize_scalar(loss, bounds=(max(lo, best - step), min(hi, best + step)), method="bounded")
+    return float(r.x) if r.success and loss(r.x) <= loss(best) else best
+
+
+def executor_errors(obs: Sequence[ExecutorObservation], convert: float) -> np.ndarray:
+    """``predicted / measured - 1`` of each executor observation at ``convert``."""
+    return np.array([o.at(convert) / o.ratio - 1 for o in obs if o.ratio > 0])
+
+
 class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A fitted boundary model with the observations it came from (see the module docstring)."""
 
@@ -158,8 +216,12 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     contrast: float = 1.0
     #: 90th percentile of the absolute held-out errors on mixed placements (None: none held out)
     error: float | None = None
-    #: what hdp's concurrent executor costs on this host (:func:`hdp.runtime.concurrent.fit_executor_costs`)
+    #: what hdp's concurrent executor costs on this host (:func:`hdp.runtime.concurrent.fit_executor_costs`;
+    #: its ``convert`` fitted on ``executor_observations`` when there are some)
     executor: ExecutorCosts | None = None
+    executor_observations: tuple[ExecutorObservation, ...] = ()
+    #: the probe's ``convert`` when the fit replaced it
+    convert_probe: float | None = None
 
     def scale_for(self, costs: str) -> ModelScale | None:
         return next((m for m in self.models if m.costs == costs), None)
@@ -268,7 +330,7 @@ def uncalibrated(link: tuple[float, float, float]) -> BoundaryModel:
 # --------------------------------------------------------------------------- fitting
 
 
-def _se(o: Observation) -> float:
+def _se(o) -> float:
     if not (o.low > 0 and math.isfinite(o.high) and o.high > 0):
         return math.inf
     return max((math.log(o.high) - math.log(o.low)) / (2 * 1.96), MIN_SE)
@@ -411,9 +473,11 @@ def calibration_for(target, cache_root: str | os.PathLike | None) -> Calibration
     return CalibrationStore(cache_root).get(target)
 
 
-def build(target, observations: Sequence[Observation], executor: ExecutorCosts | None = None) -> Calibration:
+def build(target, observations: Sequence[Observation], executor: ExecutorCosts | None = None,
+          executor_observations: Sequence[ExecutorObservation] = ()) -> Calibration:
     """Fit a :class:`Calibration` of ``target`` from observations (old and new); ``executor``: the
-    concurrent executor's costs measured with them."""
+    concurrent executor's costs measured with them (its ``convert`` refitted on the executor
+    observations that are not held out, when there are some)."""
     from hdp.runtime.host import host_facts, host_fingerprint
 
     link = (float(target.link.latency), float(target.link.bandwidth), float(target.link.subgraph_overhead))
@@ -423,11 +487,21 @@ def build(target, observations: Sequence[Observation], executor: ExecutorCosts |
     held = [o for o in observations if o.heldout and o.mixed]
     err = summary(errors(bm, scales, held, nd))["p90_abs"] if held else None
     contrast = float(np.median([m.contrast for m in models])) if models else 1.0
+    probe = None
+    fitted = fit_convert([o for o in executor_observations if not o.heldout]) if executor is not None else None
+    if fitted is not None:
+        probe = executor.convert
+        held_x = [o for o in executor_observations if o.heldout]
+        # the fit replaces the probe unless it predicts the held-out placements worse
+        if not held_x or (np.median(np.abs(executor_errors(held_x, fitted)))
+                          <= np.median(np.abs(executor_errors(held_x, probe)))):
+            executor = msgspec.structs.replace(executor, convert=fitted, convert_ci=(0.0, 0.0), convert_fitted=True)
     return Calibration(version=CALIBRATION_VERSION, target=target.name, devices=target.device_names,
                        host=host_fingerprint(), host_facts=dict(host_facts()),
                        created=_dt.datetime.now().isoformat(timespec="seconds"), link=link, boundary=bm,
                        models=models, observations=tuple(observations), error=err, contrast=contrast,
-                       executor=executor)
+                       executor=executor, executor_observations=tuple(executor_observations),
+                       convert_probe=probe)
 
 
 #: The range of a plausible device correction δ: a fit outside it explains the measurements by
@@ -488,4 +562,22 @@ def report(cal: Calibration) -> list[str]:
         lines.append(f"optimal's margin (90th percentile of the held-out |error|): {cal.error * 100:.1f} %")
     if cal.executor is not None:
         lines.append(cal.executor.describe())
+    xo = cal.executor_observations
+    if xo and cal.executor is not None and cal.convert_probe is not None:
+        c0 = cal.convert_probe
+        c = fit_convert([o for o in xo if not o.heldout])
+        used = "used" if cal.executor.convert == c else "not used: the probe's predicts the held-out placements better"
+        lines.append(f"  conversion cost fitted on {sum(not o.heldout for o in xo)} placements the executor ran: "
+                     f"{c * 1e9:.3g} ms per MB (the probe: {c0 * 1e9:.3g}; {used})")
+        lines.append("executor's simulator error (predicted / measured ratio to the reference - 1), probe -> fitted:")
+        for name in dict.fromkeys(o.model for o in xo):
+            for label, sel in (("held out", True), ("fitted", False)):
+                part = [o for o in xo if o.model == name and o.heldout == sel]
+                if not part:
+                    continue
+                b, a = executor_errors(part, c0), executor_errors(part, c)
+                lines.append(f"  {name} ({label}, {len(part)} placements, {min(o.subgraphs for o in part)}-"
+                             f"{max(o.subgraphs for o in part)} sub-models): median |error| "
+                             f"{np.median(np.abs(b)) * 100:.1f} % -> {np.median(np.abs(a)) * 100:.1f} %, worst "
+                             f"{b[np.argmax(np.abs(b))] * 100:+.1f} % -> {a[np.argmax(np.abs(a))] * 100:+.1f} %")
     return lines

@@ -341,13 +341,16 @@ class ExecutorCosts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     rounds: int = 0
     convert: float = 0.0
     convert_ci: tuple[float, float] = (0.0, 0.0)
+    convert_fitted: bool = False  # ``convert`` refitted on measured executor placements (hdp calibrate)
 
     def describe(self) -> str:
         def us(x, ci):
             return f"{x * 1e6:.1f} us (95 % CI {ci[0] * 1e6:.1f}…{ci[1] * 1e6:.1f})"
 
         def ms_mb(x, ci):
-            return f"{x * 1e9:.3g} ms per MB (95 % CI {ci[0] * 1e9:.3g}…{ci[1] * 1e9:.3g})"
+            if self.convert_fitted:
+                return f"{x * 1e9:.3g} ms per MB (fitted on placements the executor ran)"
+            return f"{x * 1e9:.3g} ms per MB" + (f" (95 % CI {ci[0] * 1e9:.3g}…{ci[1] * 1e9:.3g})" if ci != (0.0, 0.0) else "")
 
         return (f"concurrent executor: {us(self.request, self.request_ci)} per inference, "
                 f"{us(self.launch, self.launch_ci)} per subgraph, {us(self.handover, self.handover_ci)} per "

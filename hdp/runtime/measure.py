@@ -405,8 +405,12 @@ class Measurer:
             return P.Prepare(unplaced_on=c.unplaced_on), f"plain:{c.unplaced_on}", ("one", c.unplaced_on)
         dev, devices = self._placement(c.device_of, c.devices)
         used = [d for k, d in enumerate(devices) if (dev == k).any()]
-        return (P.Prepare(placement=P.Placement(devices=list(devices), device_of=dev.tobytes())),
-                "HETERO:" + ",".join(used), graph_of(dev, devices))
+        graph = graph_of(dev, devices)
+        if c.execution != "sequential" and len(used) > 1:
+            graph = (c.execution, graph[1])  # another way of running it: never the same as HETERO's
+        how = "concurrent:" if c.execution == "concurrent" else "HETERO:"
+        return (P.Prepare(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()), execution=c.execution),
+                how + ",".join(used), graph)
 
     def head_to_head(self, candidates: Sequence[Candidate], plan: stats.SequentialPlan | None = None, *,
                      warmup: int | None = None, deadline: float | None = None) -> HeadToHead:

@@ -166,9 +166,11 @@ def unplaced(device: str, name: str | None = None) -> Candidate:
     return Candidate(name=name or f"plain {device}", unplaced_on=device)
 
 
-def placed(device_of, devices: Sequence[str] | None = None, name: str = "placement") -> Candidate:
-    """A placement, compiled with HETERO."""
-    return Candidate(name=name, device_of=device_of, devices=None if devices is None else tuple(devices))
+def placed(device_of, devices: Sequence[str] | None = None, name: str = "placement",
+           execution: str = "sequential") -> Candidate:
+    """A placement, compiled with HETERO (``execution="concurrent"``: run by hdp's concurrent executor)."""
+    return Candidate(name=name, device_of=device_of, devices=None if devices is None else tuple(devices),
+                     execution=execution)
 
 
 @dataclass(frozen=True, eq=False)
