@@ -3,8 +3,9 @@
 For each model and N: ``hdp compile --objective throughput --requests N`` on the target (default
 ``virtual-2x1``), then ``hdp evaluate --objective throughput --requests N --plain CPU``: the
 placement with N inferences in flight and the plain CPU compile with its own streams (every core),
-each as the Hodges-Lehmann estimate of windowed rates with its 95 % interval, beside the rate the
-simulator predicted when placing. Run under ``flock /work/measure.lock``; the load average is
+their windows alternating in one worker, each as the Hodges-Lehmann estimate of windowed rates with
+its 95 % interval, beside the rate the simulator predicted when placing, and the paired ratio of
+the two (window beside window) with its verdict. Run under ``flock /work/measure.lock``; the load average is
 printed with the table.
 
     python bench/throughput_check.py [--models resnet50,inception_v3,mobilenet_v2-tiny] [--requests 2,4]
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -65,15 +67,22 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"target {a.target}, method {a.method} --objective throughput; load average {load:.1f} on "
           f"{os.cpu_count()} cores; rates in inferences/s, 95 % CI in brackets")
-    print(f"{'model':<20} {'N':>2} {'placement':<18} {'simulated':>10} {'measured':>26} {'meas/sim':>9} "
-          f"{'plain CPU (streams)':>28} {'placed/plain':>12}")
+    print(f"{'model':<20} {'N':>2} {'placement':<18} {'subm.':>5} {'CPU devices':<14} {'simulated':>10} "
+          f"{'measured':>26} {'meas/sim [95 % CI]':>22} {'plain CPU (streams)':>28} {'placed/plain, paired [95 % CI]':>32}")
     for spec, n, res in rows:
         p, q, sim = res["placed"], res["plain"], res["simulated_per_second"]
         pe, pl, ph = p["estimate"]
         qe, ql, qh = q["estimate"]
-        ratio = f"{pe / sim:.3f}" if sim else "-"
-        print(f"{spec:<20} {n:>2} {p['what']:<18} {sim or float('nan'):>10.1f} {pe:>9.1f} [{pl:>6.1f}, {ph:>6.1f}] "
-              f"{ratio:>9} {qe:>11.1f} [{ql:>6.1f}, {qh:>6.1f}] {pe / qe:>12.3f}")
+        ratio = f"{pe / sim:.3f} [{pl / sim:.3f}, {ph / sim:.3f}]" if sim else "-"
+        v = res.get("placed_vs_plain")  # time per inference, placed over plain: its inverse is the rate ratio
+        paired = "-"
+        if v and v["low"] > 0 and math.isfinite(v["high"]):
+            paired = f"{1 / v['ratio']:.3f} [{1 / v['high']:.3f}, {1 / v['low']:.3f}] {v['verdict']}"
+        elif v:
+            paired = f"{1 / v['ratio']:.3f} (unresolved)"
+        print(f"{spec:<20} {n:>2} {p['what']:<18} {p.get('submodels', 0):>5} {p.get('pinning', ''):<14} "
+              f"{sim or float('nan'):>10.1f} {pe:>9.1f} [{pl:>6.1f}, {ph:>6.1f}] {ratio:>22} "
+              f"{qe:>11.1f} [{ql:>6.1f}, {qh:>6.1f}] {paired:>32}")
 
 
 if __name__ == "__main__":

@@ -317,10 +317,20 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     sim = {k: model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated")}
     batches = max(runs, 6)
     with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
-        res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
-        if plain:
-            res["plain"] = m.serve(unplaced_on=plain, requests=requests, batches=batches,
-                                   unplaced_config=plain_streams_config(tgt.device(plain), requests))
+        if plain:  # side by side, window for window: the host's drift cancels in their ratio
+            res = dict(zip(("placed", "plain"), m.serve_beside(
+                dev, devs, plain, plain_streams_config(tgt.device(plain), requests), requests=requests,
+                batches=batches)))
+        else:
+            res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
+    versus = None
+    if plain and all(v.ok for v in res.values()) and len(res["placed"].rates) == len(res["plain"].rates):
+        from hdp.runtime.stats import compare
+
+        import numpy as np
+
+        versus = compare(1 / np.asarray(res["plain"].rates), 1 / np.asarray(res["placed"].rates),
+                         names=(f"plain {plain}", "placed"))
     simulated = None
     if sim["period"] and sim["requests"] == str(requests):
         simulated = 1.0 / float(sim["period"])
@@ -330,6 +340,8 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     if as_json:
         out = {k: {**msgspec.to_builtins(v), "estimate": v.estimate()} for k, v in res.items()}
         out["simulated_per_second"] = simulated
+        if versus is not None:
+            out["placed_vs_plain"] = versus.to_dict()
         if memory is not None:
             out["memory"] = memory[1]
         click.echo(json.dumps(out, indent=2))
@@ -337,7 +349,10 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
         if memory is not None:
             click.echo(memory[0])
         for k, v in res.items():
-            click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else ""))
+            click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
+                       + (f"; CPU devices on {v.pinning}" if v.ok and v.pinning else ""))
+        if versus is not None:
+            click.echo(f"placed vs plain {plain} (windows side by side, time per inference): {versus.describe()}")
         if simulated is not None and res["placed"].ok:
             est, lo, hi = res["placed"].estimate()
             click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f} "

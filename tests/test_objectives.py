@@ -306,8 +306,41 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
         est, lo, hi = res[k]["estimate"]
         assert lo <= est <= hi
     assert res["placed"]["what"].startswith("HETERO:") and res["simulated_per_second"] > 0
+    # the two ran window beside window: one paired verdict, placed over plain per inference
+    v = res["placed_vs_plain"]
+    assert v["rounds"] == 6 and v["verdict"] in ("faster", "slower", "equal") and v["low"] <= v["ratio"] <= v["high"]
+    assert res["placed"]["pinning"] == "unpinned"
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "0"])
     assert r.exit_code == 2 and "--requests 0" in r.output
+
+
+@pytest.mark.slow
+def test_serving_beside_the_plain_compile_leaves_the_worker_usable(tmp_path):
+    """On virtual-2x1 (two pinned one-thread CPU instances) a pipeline is served unpinned (the
+    plugin would pin every instance to the same core), window beside window with the plain
+    compile; a second serve in the same worker still compiles (no cores left reserved)."""
+    from conftest import _save
+    from hdp.ir.openvino_frontend import lower
+    from hdp.runtime.measure import Measurer
+
+    xml = _save(build_tower(layers=6, width=64), tmp_path / "tower.xml")
+    module = lower(str(xml))
+
+    def device_of(stages):
+        out = []
+        for op in module.graph.ops:
+            digits = "".join(ch for ch in op.name if ch.isdigit())
+            i = int(digits) if op.name[:1] in "mwa" and digits else (0 if op.name == "x" else 5)
+            out.append(stages[min(i * len(stages) // 6, len(stages) - 1)])
+        return out
+
+    with Measurer(module, "virtual-2x1", runs=1, warmup=1, cache=False) as m:
+        for stages, pinning in ((["CPU", "CPU_B"], "unpinned"), (["CPU", "CPU_B", "CPU"], "unpinned")):
+            placed, plain = m.serve_beside(device_of(stages), None, "CPU", {"NUM_STREAMS": "2"}, requests=2,
+                                           batches=4, per_batch=8)
+            assert placed.ok and plain.ok, (placed.error, plain.error)
+            assert placed.submodels == len(stages) and placed.pinning == pinning
+            assert len(placed.rates) == len(plain.rates) == 4 and plain.pinning == ""
 
 
 def test_pipeline_parallel_fills_devices_in_priority_order_by_1_2_times_their_constants():
@@ -520,3 +553,29 @@ def test_a_fallback_to_one_device_keeps_within_its_memory(tmp_path):
     with pytest.raises(InputError, match="no single device of .* holds the whole model within its memory") as e:
         verify_and_repair(m2, tgt, replace=lambda mod, ties: mod, checker=FailsSplits(), rounds=0)
     assert "\n" not in str(e.value)
+
+
+def test_auto_tries_two_stage_pipelines_for_throughput():
+    """Under the throughput objective auto's candidates include, per ordered device pair, the best
+    cut of the groups' topological order: two HETERO submodels, devices allowed, memory fitting."""
+    import msgspec
+
+    from hdp.placers.auto import pipeline_candidates
+
+    types = ["Parameter"] + ["MatMul"] * 6 + ["Result"]
+    edges = [(i, i + 1) for i in range(7)]
+    t = np.array([[0, 0]] + [[1, 1]] * 6 + [[0, 0]], float) * 1e-3
+    p = problem(make_module(types, edges, t, lat=1e-6, bw=1e12, ovh=1e-5)).with_objective(Throughput(requests=2))
+    sim = Simulator(p)
+    got = pipeline_candidates(p, sim)
+    assert [n for n, _, _ in got] == ["pipeline:D0>D1", "pipeline:D1>D0"]
+    for _, gd, single in got:
+        assert not single and sim.terms(gd)[2] == 2  # two submodels
+        order = np.asarray(gd)
+        assert (np.diff(order[sim.counted]) != 0).sum() == 1  # one cut in topological order
+        assert sim.cost(gd) == pytest.approx(3e-3, rel=0.05)  # three layers per stage
+    # a device that cannot run the second half: no pipeline starting on it
+    allowed = p.allowed.copy()
+    allowed[5:, 1] = False
+    q = msgspec.structs.replace(p, allowed=allowed)
+    assert [n for n, _, _ in pipeline_candidates(q, Simulator(q))] == ["pipeline:D1>D0"]

@@ -5,7 +5,9 @@ not counted; ``hdp compile`` states it separately):
 
 1. **Candidates** (well under a second each, scored by the simulator): every single device that
    can run the whole model, ``optimal``, ``heft``, ``hetero-auto``, and ``optimal`` / ``heft``
-   refined by greedy boundary moves (:mod:`hdp.placers.refine`); duplicates are dropped.
+   refined by greedy boundary moves (:mod:`hdp.placers.refine`); for the throughput objective also
+   the best two-stage pipeline per ordered device pair (:func:`pipeline_candidates`); duplicates
+   are dropped.
 2. **On a real target, measured head to head** (:mod:`hdp.placers.measured`): the ``singles``
    best single devices and the ``top`` best mixed candidates by simulation (mixed ones simulated
    more than :data:`MIXED_CUT` × the best single device are left out: no simulator error seen
@@ -132,6 +134,8 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
             better, _, _, moves = refine(p, gd)
             if moves:
                 named.append((f"{label}+refine", better, False))
+    if p.objective.kind() == "throughput":
+        named += pipeline_candidates(p, sim)
     if not named and failed is not None:
         raise failed
     seen: dict[bytes, Cand] = {}
@@ -143,6 +147,41 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
         nsub = sim.terms(gd)[2]
         seen[key] = Cand(name, np.asarray(gd, np.int16), sim.cost(gd), single, (), max(nsub, 1))
     return sorted(seen.values(), key=lambda c: (not c.single, c.sim))
+
+
+#: Cut positions tried per device pair by :func:`pipeline_candidates` (every one below this many groups).
+PIPELINE_CUTS = 1024
+
+
+def pipeline_candidates(p, sim) -> list[tuple[str, np.ndarray, bool]]:
+    """Two-stage pipelines for the throughput objective: for each ordered pair of devices, the
+    tie groups up to a cut (groups are in topological order) on the first and the rest on the
+    second, the cut with the lowest simulated period (at most :data:`PIPELINE_CUTS` positions, evenly
+    spaced); only placements every group's device allows and memory fits. A HETERO split of such a
+    placement is two submodels, one per device: the fewest stages, so the fewest conversions
+    between them."""
+    k = p.n_groups
+    out = []
+    if k < 2:
+        return out
+    cuts = np.unique(np.linspace(1, k - 1, min(k - 1, PIPELINE_CUTS)).round().astype(np.int64))
+    idx = np.arange(k)
+    for a in range(p.n_devices):
+        for b in range(p.n_devices):
+            if a == b:
+                continue
+            mat = np.where(idx[None, :] < cuts[:, None], a, b).astype(np.int16)
+            ok = p.allowed[idx[None, :], mat].all(axis=1)
+            if not ok.any():
+                continue
+            cost = np.where(ok, sim.costs(np.where(ok[:, None], mat, a)), np.inf)
+            for j in np.argsort(cost, kind="stable"):
+                if not np.isfinite(cost[j]):
+                    break
+                if sim.feasible(mat[j]):
+                    out.append((f"pipeline:{p.devices[a]}>{p.devices[b]}", mat[j].copy(), False))
+                    break
+    return out
 
 
 def _simulated_best(cands: list[Cand]) -> Cand:

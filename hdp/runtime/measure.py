@@ -621,7 +621,32 @@ class Measurer:
             return Served(**base, error=f"{what}: {reply.error}")
         base["per_batch"] = reply.per_batch or per_batch
         return Served(**base, rates=tuple(reply.rates), compile_seconds=reply.compile_seconds,
-                      submodels=reply.submodels)
+                      submodels=reply.submodels, pinning=reply.pinning)
+
+    def serve_beside(self, device_of, devices, plain_on: str, plain_config: dict | None = None, *, requests: int,
+                     batches: int = 10, per_batch: int = 0) -> tuple[Served, Served]:
+        """:meth:`serve` of a placement and of ``plain_on``'s plain compile (``plain_config``) in one
+        worker, their windows alternating (ABBA), so that both see the same host: (placed, plain)."""
+        if self.target.device(plain_on).kind != "real":
+            raise InputError(f"device '{plain_on}' of target '{self.target.name}' is modeled; it cannot run here")
+        dev, devices = self._placement(device_of, devices)
+        what = "HETERO:" + ",".join(d for k, d in enumerate(devices) if (dev == k).any())
+        req = P.Serve(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()), requests=requests,
+                      batches=batches, per_batch=int(per_batch), warmup=self.warmup, plain_on=plain_on,
+                      plain_config={k: str(v) for k, v in (plain_config or {}).items()})
+        base = dict(target=self.target.name, requests=int(requests), per_batch=int(per_batch))
+        try:
+            reply = self._call(req)
+        except WorkerFailure as e:
+            reply = P.Failed(error=str(e))
+        if isinstance(reply, P.Failed):
+            return (Served(**base, what=what, error=f"{what}: {reply.error}"),
+                    Served(**base, what=f"plain:{plain_on}", error=f"plain:{plain_on}: {reply.error}"))
+        placed = Served(**{**base, "per_batch": reply.per_batch}, what=what, rates=tuple(reply.rates),
+                        compile_seconds=reply.compile_seconds, submodels=reply.submodels, pinning=reply.pinning)
+        plain = Served(**{**base, "per_batch": reply.plain_per_batch}, what=f"plain:{plain_on}",
+                       rates=tuple(reply.plain_rates), compile_seconds=reply.plain_compile_seconds)
+        return placed, plain
 
     def _run(self, req: P.Measure | P.Unplaced, what: str) -> Measurement:
         base = dict(what=what, target=self.target.name, runs=self.runs, warmup=self.warmup)

@@ -289,6 +289,7 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     compile_seconds: float = 0.0
     submodels: int = 0
+    pinning: str = ""  # a placement's CPU devices: "unpinned" (the target pins them) or ""
 
     @property
     def ok(self) -> bool:

@@ -213,7 +213,10 @@ class Serve(_Message, tag="serve"):
     of ``per_batch`` inferences each (0: as many as take about a quarter second, judged by the
     warm-up), timed from the first start to the last completion. A CPU-plugin device the target
     pins (``ENABLE_CPU_PINNING=YES``) is compiled unpinned here: the plugin pins one-thread
-    instances to one and the same core, which would serialise the pipeline's stages."""
+    instances to one and the same core, which would serialise the pipeline's stages.
+
+    ``plain_on`` (with a ``placement``): also that device's plain compile with ``plain_config``,
+    compiled first, the windows of the two alternating (ABBA), so that both see the same host."""
 
     requests: int
     batches: int
@@ -222,6 +225,8 @@ class Serve(_Message, tag="serve"):
     placement: Placement | None = None
     unplaced_on: str | None = None
     unplaced_config: dict[str, str] = {}
+    plain_on: str | None = None
+    plain_config: dict[str, str] = {}
 
 
 Request = Union[Load, Preload, Query, Signatures, QuerySignatures, Measure, Unplaced, Profile, Prepare, Rounds, Release,
@@ -387,6 +392,10 @@ class Served(_Message, tag="served"):
     compile_seconds: float
     submodels: int = 0
     per_batch: int = 0
+    plain_rates: list[float] = []  # of ``Serve.plain_on``, window by window beside ``rates``
+    plain_per_batch: int = 0
+    plain_compile_seconds: float = 0.0
+    pinning: str = ""  # how a placement's CPU devices ran: "unpinned" (the target pins them) or ""
 
 
 Reply = Union[Failed, Done, Loaded, Supported, SignatureTable, SignatureAnswers, Timed, Profiled, Prepared, RoundTimes,
