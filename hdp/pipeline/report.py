@@ -110,7 +110,7 @@ def simulated_line(module, target) -> str:
         line += (f"\n{label} run by hdp's concurrent executor: {csim.cost(gd) * 1e3:.3f} ms "
                  f"({csim.concurrent_subgraphs(gd)[1]} subgraphs; {ob.launch * 1e6:.1f} us per subgraph, "
                  f"{ob.handover * 1e6:.1f} us per hand-over, {ob.request * 1e6:.1f} us per request, "
-                 f"{ob.convert * 1e9 * 1e3:.3g} ms per MB converted)"
+                 f"{ob.convert * 1e9:.3g} ms per MB converted)"
                  + (f", best single device {min(ones) * 1e3:.3f} ms" if ones else ""))
     if part is not None and "memory" in part.info:
         line += f"\nmemory (estimated): {part.info['memory']}"
