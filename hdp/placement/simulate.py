@@ -230,7 +230,7 @@ class Simulator:
                                                      self.p_cost, label, k, self.n_devices,
                                                      self.overhead if launch is None else launch, handover,
                                                      self.t_ptr, self.t_prod, self.t_cons, self.t_bytes,
-                                                     convert))
+                                                     float(convert)))
 
     def loads(self, group_device: np.ndarray) -> np.ndarray:
         """Seconds of one request each device works (the throughput model's ``load[d]``)."""
@@ -300,7 +300,7 @@ class Simulator:
             return out
         K.concurrent_batch(d, self.time_full, self.zero, self.u_src, self.u_dst, self.p_ptr, self.p_src, self.p_cost,
                            self.n_devices, self.overhead if launch is None else launch, handover, request,
-                           self.t_ptr, self.t_prod, self.t_cons, self.t_bytes, convert, out,
+                           self.t_ptr, self.t_prod, self.t_cons, self.t_bytes, float(convert), out,
                            self._label, self._parent, self._label2, self._stage)
         return out
 
