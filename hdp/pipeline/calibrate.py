@@ -165,49 +165,59 @@ def precision_plan(resolution: float = 0.04, max_seconds: float = 240.0, min_rou
     return PrecisionPlan(resolution=resolution, min_rounds=min_rounds, max_rounds=max_rounds, max_seconds=max_seconds)
 
 
+def against_reference(measurer, problem, ref: Design, placements: Sequence[Design], plan, *, batch: int = 3,
+                      execution: str = "sequential", say: Callable[[str], None] = lambda s: None):
+    """Each of ``placements`` measured head to head with ``ref`` (under HETERO), ``batch`` per
+    interleaved comparison, run as ``execution`` says; yields ``(placement, its measurement, the
+    comparison, (low, high) or (0, 0) when unresolved, the reference's measurement, the load
+    average)``. Failures are reported through ``say`` and skipped."""
+    from hdp.runtime.measurement import placed
+
+    tag = "executor " if execution == "concurrent" else ""
+    for i in range(0, len(placements), batch):
+        chunk = placements[i:i + batch]
+        cands = [placed(problem.op_devices(ref.group_device), name="reference")]
+        cands += [placed(problem.op_devices(p.group_device), name=p.name, execution=execution) for p in chunk]
+        load0 = _load()
+        h = measurer.head_to_head(cands, plan)
+        load = float(np.nanmean([load0, _load()]))
+        if not h.measurements[0].ok:
+            say(f"{tag}reference failed: {h.measurements[0].error}")
+            continue
+        for j, p in enumerate(chunk, 1):
+            m = h.measurements[j]
+            if not m.ok:
+                say(f"{tag}{p.name}: {m.error}")
+                continue
+            c = h.compare(0, j)
+            ci = (c.low, c.high) if math.isfinite(c.high) and c.low > 0 else (0.0, 0.0)
+            yield p, m, c, ci, h.measurements[0], load
+
+
 def measure_design(measurer, problem, sim, placements: Sequence[Design], *, model: str, costs: str, plan=None,
                    batch: int = 3, say: Callable[[str], None] = lambda s: None) -> list[Observation]:
     """Measure every placement but the first (the reference) head to head with the reference,
     ``batch`` placements per interleaved comparison; failures are reported through ``say`` and
     skipped."""
-    from hdp.runtime.measurement import placed
-
     plan = plan or precision_plan()
     ref = placements[0]
     common = group_common(problem)
     ref_f = placement_features(problem, sim, ref.group_device, common)
     out: list[Observation] = []
-    rest = list(placements[1:])
-    for i in range(0, len(rest), batch):
-        chunk = rest[i:i + batch]
-        cands = [placed(problem.op_devices(ref.group_device), name="reference")]
-        cands += [placed(problem.op_devices(p.group_device), name=p.name) for p in chunk]
-        load0 = _load()
-        h = measurer.head_to_head(cands, plan)
-        load = float(np.nanmean([load0, _load()]))
-        if not h.measurements[0].ok:
-            say(f"reference failed: {h.measurements[0].error}")
-            continue
-        for j, p in enumerate(chunk, 1):
-            m = h.measurements[j]
-            if not m.ok:
-                say(f"{p.name}: {m.error}")
-                continue
-            cmp_ = h.compare(0, j)
-            lo, hi = (cmp_.low, cmp_.high) if math.isfinite(cmp_.high) and cmp_.low > 0 else (0.0, 0.0)
-            f = placement_features(problem, sim, p.group_device, common)
-            o = Observation(model=model, costs=costs, name=p.name, heldout=p.heldout,
-                            mixed=bool(np.unique(p.group_device).size > 1), features=f, reference=ref_f,
-                            hetero_subgraphs=int(m.submodels), ratio=float(cmp_.ratio), low=float(lo),
-                            high=float(hi), rounds=int(cmp_.rounds), median=float(m.median),
-                            ref_median=float(h.measurements[0].median), load=load,
-                            placement=tuple(int(x) for x in p.group_device))
-            out.append(o)
-            say(f"{p.name:<26} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
-                f"subgraphs {f.subgraphs} (HETERO {o.hetero_subgraphs}), {f.copies} copies, "
-                f"{f.copy_bytes / 1e6:.2f} MB; reference {o.ref_median * 1e3:.1f} ms, load {load:.1f}")
+    for p, m, cmp_, (lo, hi), ref_m, load in against_reference(measurer, problem, ref, list(placements[1:]), plan,
+                                                                batch=batch, say=say):
+        f = placement_features(problem, sim, p.group_device, common)
+        o = Observation(model=model, costs=costs, name=p.name, heldout=p.heldout,
+                        mixed=bool(np.unique(p.group_device).size > 1), features=f, reference=ref_f,
+                        hetero_subgraphs=int(m.submodels), ratio=float(cmp_.ratio), low=float(lo),
+                        high=float(hi), rounds=int(cmp_.rounds), median=float(m.median),
+                        ref_median=float(ref_m.median), load=load,
+                        placement=tuple(int(x) for x in p.group_device))
+        out.append(o)
+        say(f"{p.name:<26} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
+            f"subgraphs {f.subgraphs} (HETERO {o.hetero_subgraphs}), {f.copies} copies, "
+            f"{f.copy_bytes / 1e6:.2f} MB; reference {o.ref_median * 1e3:.1f} ms, load {load:.1f}")
     return out
-
 
 
 #: The design placements the executor is measured on (names starting so), at most this many each.
@@ -233,37 +243,23 @@ def measure_executor(measurer, problem, sim, placements: Sequence[Design], execu
     simulator's ratio on :data:`hdp.runtime.calibrate.CONVERT_GRID` with ``executor``'s (probed)
     launch, hand-over and request costs."""
     from hdp.runtime.calibrate import CONVERT_GRID, ExecutorObservation
-    from hdp.runtime.measurement import placed
 
     plan = plan or precision_plan()
     ref = placements[0]
     ref_t = sim.latency(ref.group_device)
     out = []
     rest = [p for p in executor_design(placements[1:]) if np.unique(p.group_device).size > 1]
-    for i in range(0, len(rest), batch):
-        chunk = rest[i:i + batch]
-        cands = [placed(problem.op_devices(ref.group_device), name="reference")]
-        cands += [placed(problem.op_devices(p.group_device), name=p.name, execution="concurrent") for p in chunk]
-        h = measurer.head_to_head(cands, plan)
-        if not h.measurements[0].ok:
-            say(f"executor: reference failed: {h.measurements[0].error}")
-            continue
-        for j, p in enumerate(chunk, 1):
-            m = h.measurements[j]
-            if not m.ok:
-                say(f"executor {p.name}: {m.error}")
-                continue
-            c = h.compare(0, j)
-            lo, hi = (c.low, c.high) if math.isfinite(c.high) and c.low > 0 else (0.0, 0.0)
-            gd = np.asarray(p.group_device, np.int64)
-            pred = tuple(sim.latency_concurrent(gd, executor.launch, executor.handover, executor.request, x) / ref_t
-                         for x in CONVERT_GRID)
-            o = ExecutorObservation(model=model, costs=costs, name=p.name, heldout=p.heldout, ratio=float(c.ratio),
-                                    low=float(lo), high=float(hi), rounds=int(c.rounds),
-                                    subgraphs=int(sim.concurrent_subgraphs(gd)[1]), grid=CONVERT_GRID, predicted=pred)
-            out.append(o)
-            say(f"executor {p.name:<17} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
-                f"{o.subgraphs} sub-models; simulated {pred[0]:.3f} without conversions")
+    for p, _, c, (lo, hi), _, _ in against_reference(measurer, problem, ref, rest, plan, batch=batch,
+                                                     execution="concurrent", say=say):
+        gd = np.asarray(p.group_device, np.int64)
+        pred = tuple(sim.latency_concurrent(gd, executor.launch, executor.handover, executor.request, x) / ref_t
+                     for x in CONVERT_GRID)
+        o = ExecutorObservation(model=model, costs=costs, name=p.name, heldout=p.heldout, ratio=float(c.ratio),
+                                low=float(lo), high=float(hi), rounds=int(c.rounds),
+                                subgraphs=int(sim.concurrent_subgraphs(gd)[1]), grid=CONVERT_GRID, predicted=pred)
+        out.append(o)
+        say(f"executor {p.name:<17} ratio {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over {o.rounds} rounds; "
+            f"{o.subgraphs} sub-models; simulated {pred[0]:.3f} without conversions")
     return out
 
 
