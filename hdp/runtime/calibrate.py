@@ -220,7 +220,8 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     #: its ``convert`` fitted on ``executor_observations`` when there are some)
     executor: ExecutorCosts | None = None
     executor_observations: tuple[ExecutorObservation, ...] = ()
-    #: the probe's ``convert`` when the fit replaced it
+    #: the probe's ``convert`` when executor observations were fitted (whether or not the fit replaced
+    #: it: ``executor.convert_fitted`` says)
     convert_probe: float | None = None
 
     def scale_for(self, costs: str) -> ModelScale | None:
@@ -566,7 +567,7 @@ def report(cal: Calibration) -> list[str]:
     if xo and cal.executor is not None and cal.convert_probe is not None:
         c0 = cal.convert_probe
         c = fit_convert([o for o in xo if not o.heldout])
-        used = "used" if cal.executor.convert == c else "not used: the probe's predicts the held-out placements better"
+        used = "used" if cal.executor.convert_fitted else "not used: the probe's predicts the held-out placements better"
         lines.append(f"  conversion cost fitted on {sum(not o.heldout for o in xo)} placements the executor ran: "
                      f"{c * 1e9:.3g} ms per MB (the probe: {c0 * 1e9:.3g}; {used})")
         lines.append("executor's simulator error (predicted / measured ratio to the reference - 1), probe -> fitted:")

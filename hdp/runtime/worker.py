@@ -376,7 +376,7 @@ class Worker:
             raise InputError("worker: a plain compile beside another only with a placement")
         pinning = ""
         plain = None
-        if req.plain_on is not None:  # first: a reserved compile takes cores a later plain one would need
+        if req.plain_on is not None:  # both compiled, then both alive while their windows alternate
             plain = self._serve_plain(req.plain_on, req.plain_config)
         if req.unplaced_on is not None:
             compiled, compile_s = self._serve_plain(req.unplaced_on, req.unplaced_config)
