@@ -79,21 +79,19 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     old = store.get(tgt) if store is not None and not fresh else None
     from hdp.runtime.concurrent import fit_executor_costs
 
-    # the executor's own costs first: the simulated ratios of the placements it runs below use them
-    executor = fit_executor_costs(tgt)
     observations: list = []
-    executed: list = []
+    modules = []
     kw = {"timeout": timeout} if timeout else {}
     for xml in models:
         module = prepare(xml, tgt, shapes, cache, timeout)
         name = Path(xml).stem
-        obs, ex = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout,
-                                              fit_random=fit_random, plan=plan, batch=batch, executor=executor,
-                                              say=lambda s: click.echo(f"  {s}"), **kw)
+        obs = experiment.calibrate_module(module, tgt, model=name, seed=seed, heldout=heldout,
+                                          fit_random=fit_random, plan=plan, batch=batch,
+                                          say=lambda s: click.echo(f"  {s}"), **kw)
         if not obs:
             raise InputError(f"{xml}: no placement could be measured")
         observations += obs
-        executed += ex
+        modules.append((name, module))
     new_tables = {o.costs for o in observations}
     if old is not None:
         kept = [o for o in old.observations if o.costs not in new_tables]
@@ -101,7 +99,16 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
             click.echo(f"refitting with {len(kept)} stored observations of "
                        f"{len({o.costs for o in kept})} other profiles (--fresh to drop them)")
         observations = kept + observations
-        # executor observations of other profiles, simulated with another probe's costs: kept as they are
+    # then the concurrent executor: its own costs probed, and placements of each model it runs,
+    # simulated on the costs this boundary fit gives them (as hdp compile will)
+    fitted = C.build(tgt, observations)
+    executor = fit_executor_costs(tgt)
+    executed = []
+    for name, module in modules:
+        executed += experiment.calibrate_executor(module, fitted, tgt, executor, model=name, seed=seed,
+                                                  heldout=heldout, fit_random=fit_random, plan=plan, batch=batch,
+                                                  say=lambda s: click.echo(f"  {s}"), **kw)
+    if old is not None:  # other profiles' executor observations, simulated with an earlier probe's costs
         executed = [o for o in old.executor_observations if o.costs not in new_tables] + executed
 
     cal = C.build(tgt, observations, executor=executor, executor_observations=executed)

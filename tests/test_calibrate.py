@@ -421,7 +421,8 @@ def test_fit_convert_recovers_the_conversion_cost_and_build_keeps_the_probe():
     assert cal.executor.convert == pytest.approx(truth, rel=0.05) and cal.convert_probe == 1.3e-10
     assert cal.executor.launch == probe.launch  # the rest stays the probe's
     text = "\n".join(C.report(cal))
-    assert "conversion cost fitted on 8 placements" in text and "held out, 3 placements" in text
+    assert "conversion cost refitted on 8 placements" in text and "the refit is used" in text
+    assert "held out, 3 placements" in text
     # stored and read back
     back = msgspec.json.decode(msgspec.json.encode(cal), type=C.Calibration)
     assert back.executor_observations[0].at(truth) == pytest.approx(fit[0].at(truth))
@@ -449,4 +450,21 @@ def test_hdp_calibrate_measures_placements_run_by_the_executor(tmp_path):
     assert xo and any(o.heldout for o in xo) and any(not o.heldout for o in xo)
     assert all(o.ratio > 0 and len(o.predicted) == len(C.CONVERT_GRID) and o.subgraphs >= 2 for o in xo)
     assert cal.convert_probe is not None and cal.executor.convert >= 0
-    assert "conversion cost fitted on" in r.output and "executor blocks:" in r.output
+    assert "conversion cost refitted on" in r.output and "executor blocks:" in r.output
+
+
+def test_a_conversion_refit_at_an_end_of_its_range_keeps_the_probe():
+    """Measurements the conversions cannot explain (the simulator too slow already at 0) drive the
+    refit to 0; the probe's value is kept and the report says why."""
+    from hdp.runtime.concurrent import ExecutorCosts
+
+    rng = np.random.default_rng(7)
+    obs = [msgspec.structs.replace(o, ratio=o.predicted[0] * 0.6, low=o.predicted[0] * 0.59,
+                                   high=o.predicted[0] * 0.61) for o in _executor_obs(rng, 3e-10, 6)]
+    assert C.fit_convert(obs) == pytest.approx(0.0, abs=1e-12)
+    probe = ExecutorCosts(request=2e-5, launch=7e-6, handover=3e-5, convert=1.3e-10)
+    b = _synthetic(np.random.default_rng(2), C.BoundaryModel(subgraph_overhead=200e-6, copy_latency=0.0,
+                                                             copy_per_byte=1e-9), {"a": (1.0, 1.0, 0.2)}, n_per_table=12)
+    cal = C.build(load_target("virtual"), b, executor=probe, executor_observations=obs)
+    assert cal.executor.convert == 1.3e-10 and not cal.executor.convert_fitted
+    assert "conversions alone do not explain the runs" in "\n".join(C.report(cal))

@@ -326,6 +326,14 @@ def test_compare_with_plain_mixed_placement(tiny, virtual, tmp_path):
         "i9-flex170").text
 
 
+def test_compare_with_plain_runs_a_concurrent_placement_by_the_executor(tiny, virtual, tmp_path):
+    """compile --execution concurrent compares the placement as the executor runs it, not HETERO."""
+    _, split = _placed(tiny, virtual, tmp_path / "placed.xml")
+    res = compare_with_plain(split, virtual, plan=QUICK, warmup=1, execution="concurrent")
+    assert res.head.measurements[0].what.startswith("concurrent:"), res.head.measurements[0].what
+    assert compare_with_plain(split, virtual, plan=QUICK, warmup=1).head.measurements[0].what.startswith("HETERO:")
+
+
 def test_plain_comparison_is_taken_from_a_head_to_head_that_measured_it(tiny, virtual):
     """auto's head-to-head runs every op on each device (the plain graphs) beside the placement it
     keeps: `hdp compile` reports that comparison instead of measuring the same candidates again."""

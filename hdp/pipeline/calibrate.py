@@ -267,13 +267,10 @@ def measure_executor(measurer, problem, sim, placements: Sequence[Design], execu
 
 
 def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int = 10, fit_random: int = 4,
-                     plan=None, batch: int = 3, timeout: float = 600.0, executor=None,
-                     say: Callable[[str], None] = lambda s: None):
+                     plan=None, batch: int = 3, timeout: float = 600.0,
+                     say: Callable[[str], None] = lambda s: None) -> list[Observation]:
     """Measure the calibration design of one profiled module (it needs ``support`` and ``costs``;
-    ``coarse`` is used for random placements when present). With ``executor`` (the probed
-    :class:`~hdp.runtime.concurrent.ExecutorCosts`), also a part of it run by the concurrent
-    executor (:func:`measure_executor`), and the result is ``(observations, executor
-    observations)``; without, the observations alone."""
+    ``coarse`` is used for random placements when present)."""
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
     from hdp.runtime.measure import Measurer
@@ -289,9 +286,28 @@ def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int 
     say(f"{model}: {problem.n_groups} tie groups; measuring {len(pls) - 1} placements against "
         f"'{pls[0].name}' ({sum(p.heldout for p in pls)} held out)")
     with Measurer(module, target, timeout=timeout, cache=False) as m:
-        obs = measure_design(m, problem, sim, pls, model=model, costs=costs_digest(module.costs), plan=plan,
-                             batch=batch, say=say)
-        if executor is None:
-            return obs
-        return obs, measure_executor(m, problem, sim, pls, executor, model=model, costs=costs_digest(module.costs),
-                                     plan=plan, batch=batch, say=say)
+        return measure_design(m, problem, sim, pls, model=model, costs=costs_digest(module.costs), plan=plan,
+                              batch=batch, say=say)
+
+
+def calibrate_executor(module, calibration, target, executor, *, model: str, seed: int = 0, heldout: int = 10,
+                       fit_random: int = 4, plan=None, batch: int = 3, timeout: float = 600.0,
+                       say: Callable[[str], None] = lambda s: None) -> list:
+    """Measure placements of one profiled module run by the concurrent executor
+    (:func:`measure_executor`), simulated as ``hdp compile`` will simulate them: on the costs with
+    ``calibration``'s boundary model applied (the ``boundary`` pass: profile scale, device scales,
+    copy costs), with ``executor``'s probed costs."""
+    from hdp.passes.boundary import BoundaryPass
+    from hdp.placement.problem import build_problem
+    from hdp.placement.simulate import Simulator
+    from hdp.runtime.measure import Measurer
+
+    digest = costs_digest(module.costs)  # the profile's own, as its HETERO observations have it
+    calibrated = BoundaryPass(boundary=calibration.boundary, models=calibration.models,
+                              contrast=calibration.contrast).run(module)
+    problem = build_problem(calibrated, target.device_names)
+    sim = Simulator(problem)
+    pls = design(calibrated, problem, seed=seed, heldout=heldout, fit_random=fit_random)
+    with Measurer(module, target, timeout=timeout, cache=False) as m:
+        return measure_executor(m, problem, sim, pls, executor, model=model, costs=digest, plan=plan, batch=batch,
+                                say=say)

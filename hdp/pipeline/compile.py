@@ -171,8 +171,16 @@ def _report(module, out, tgt, verified, heads, compare, timeout, spent, emit):
     reused = plain_from_heads(heads, module, tgt)
     if reused is not None:
         emit("compared with the plain compiles in the placer's head-to-head above (measured in this run, not repeated):")
-    result = reused or compare_with_plain(module, tgt, **({"timeout": timeout} if timeout else {}))
+    from hdp.pipeline.report import concurrent_priced
+
+    execution = "concurrent" if concurrent_priced(module) is not None else "sequential"
+    result = reused or compare_with_plain(module, tgt, execution=execution,
+                                          **({"timeout": timeout} if timeout else {}))
     emit(result.text)
+    part = module.partition
+    if part is not None and "period" in part.info:
+        emit(f"(one request at a time: `hdp evaluate {out} --objective throughput --requests "
+             f"{part.info.get('requests', 2)} --plain CPU` measures the throughput this placement was made for)")
     if reused is None and result.head is not None:
         emit(final_sim_vs_measured(module, result))
     spent["final comparison"] = time.monotonic() - t0

@@ -205,7 +205,7 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
     lb = p.lower_bound()
     what = "simulated" if p.objective.kind() == "latency" else f"simulated seconds per request, {p.objective.label()}"
     lines = [f"candidates ({what}): " + ", ".join(f"{c.label} {ms(c.sim)}" for c in cands)
-             + f"; lower bound {ms(lb)}"]
+             + (f"; lower bound {ms(lb)}" if p.objective.kind() == "latency" else "")]  # it bounds latency only
     info: dict = {"candidates": ",".join(c.name for c in cands)}
     if p.objective.kind() != "latency":
         return _by_objective(ctx, cands, lines, info)
@@ -243,7 +243,8 @@ def _by_objective(ctx, cands: list[Cand], lines: list[str], info: dict) -> Place
     --objective throughput`` measures the result."""
     win = _simulated_best(cands)
     lines.append(f"kept {win.label} ({ms(win.sim)} per request simulated): the lowest simulated "
-                 f"{ctx.problem.objective.label()} (no measured stage: they compare latencies)")
+                 f"{ctx.problem.objective.label()} (simulated only: auto's measured stages time single HETERO "
+                 f"requests; `hdp evaluate` measures this objective)")
     from hdp.placement.simulate import Simulator
 
     info.update(Simulator(ctx.problem).report(win.gd))

@@ -493,9 +493,11 @@ def build(target, observations: Sequence[Observation], executor: ExecutorCosts |
     if fitted is not None:
         probe = executor.convert
         held_x = [o for o in executor_observations if o.heldout]
-        # the fit replaces the probe unless it predicts the held-out placements worse
-        if not held_x or (np.median(np.abs(executor_errors(held_x, fitted)))
-                          <= np.median(np.abs(executor_errors(held_x, probe)))):
+        # the fit replaces the probe unless it sits at an end of its range (the conversions alone do
+        # not explain the measurements) or predicts the held-out placements worse
+        inside = CONVERT_GRID[0] < fitted < CONVERT_GRID[-1]
+        if inside and (not held_x or (np.median(np.abs(executor_errors(held_x, fitted)))
+                                      <= np.median(np.abs(executor_errors(held_x, probe))))):
             executor = msgspec.structs.replace(executor, convert=fitted, convert_ci=(0.0, 0.0), convert_fitted=True)
     return Calibration(version=CALIBRATION_VERSION, target=target.name, devices=target.device_names,
                        host=host_fingerprint(), host_facts=dict(host_facts()),
@@ -567,9 +569,14 @@ def report(cal: Calibration) -> list[str]:
     if xo and cal.executor is not None and cal.convert_probe is not None:
         c0 = cal.convert_probe
         c = fit_convert([o for o in xo if not o.heldout])
-        used = "used" if cal.executor.convert_fitted else "not used: the probe's predicts the held-out placements better"
-        lines.append(f"  conversion cost fitted on {sum(not o.heldout for o in xo)} placements the executor ran: "
-                     f"{c * 1e9:.3g} ms per MB (the probe: {c0 * 1e9:.3g}; {used})")
+        if cal.executor.convert_fitted:
+            used = "the refit is used"
+        elif not CONVERT_GRID[0] < c < CONVERT_GRID[-1]:
+            used = "the probe's is kept: the refit is at an end of its range, conversions alone do not explain the runs"
+        else:
+            used = "the probe's is kept: it predicts the held-out placements better"
+        lines.append(f"  conversion cost refitted on {sum(not o.heldout for o in xo)} placements the executor ran: "
+                     f"{c * 1e9:.3g} ms per MB (the probe measured {c0 * 1e9:.3g}); {used}")
         lines.append("executor's simulator error (predicted / measured ratio to the reference - 1), probe -> fitted:")
         for name in dict.fromkeys(o.model for o in xo):
             for label, sel in (("held out", True), ("fitted", False)):

@@ -165,12 +165,13 @@ def plain_from_heads(heads: Sequence[HeadToHead], module: Module, target: Target
 
 
 def compare_with_plain(module: Module, target: Target | str, *, plan: stats.SequentialPlan | None = None,
-                       warmup: int = 3, timeout: float = 120.0) -> PlainComparison:
+                       warmup: int = 3, timeout: float = 120.0, execution: str = "sequential") -> PlainComparison:
     """``module.placement`` against the unplaced model compiled on each real device of the target,
     measured head to head (interleaved, fresh, never cached; ``plan`` defaults to
     ``SequentialPlan()``: resolve 3 %, at most 30 s of running). For ``hdp compile`` to print
     after placing. A placement with every op on one device runs the same graph as that device's
-    plain compile and is never called faster than it."""
+    plain compile and is never called faster than it. ``execution="concurrent"``: the placement
+    is run by hdp's concurrent executor (as ``--execution concurrent`` placed it)."""
     tgt = load_target(target) if isinstance(target, str) else target
     pl = module.placement
     if pl is None:
@@ -183,5 +184,6 @@ def compare_with_plain(module: Module, target: Target | str, *, plan: stats.Sequ
                                f"({', '.join(modeled or [d.name for d in tgt.devices])}); compare with the simulator",
                                {})
     with Measurer(module, tgt, warmup=warmup, timeout=timeout, cache=False) as m:
-        head = m.head_to_head([placed(pl.device_of.numpy(), pl.devices)] + [unplaced(d) for d in real], plan)
+        head = m.head_to_head([placed(pl.device_of.numpy(), pl.devices, execution=execution)]
+                              + [unplaced(d) for d in real], plan)
     return plain_report(head, 0)
