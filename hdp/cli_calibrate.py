@@ -23,7 +23,7 @@ def prepare(xml, tgt, shapes, cache, timeout=None, instruments=()):
 
 @click.command("calibrate")
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--target", default="virtual", show_default=True, help="A target with real devices (name or TOML).")
+@click.option("--target", default=None, help="A target with real devices (name or TOML)  [default: virtual]")
 @click.option("--devices", default=None, help="Comma-separated real devices, instead of --target.")
 @with_options(shape_options)
 @click.option("--heldout", default=10, show_default=True, type=click.IntRange(0),
@@ -66,7 +66,7 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
 
     check_paths(inputs={**{f"MODEL {i + 1}": m for i, m in enumerate(models)}, "--target": target_path(target)},
                 outputs={"--json": json_out}, out_dirs={"--cache-dir": None if no_cache else cache_dir})
-    tgt = target_from(target, devices)
+    tgt = target_from(target if target or devices else "virtual", devices)
     if not any(d.kind == "real" for d in tgt.devices) or any(d.kind != "real" for d in tgt.devices):
         raise InputError(f"target '{tgt.name}': calibrating needs every device real (modeled devices cannot be "
                          f"measured)")

@@ -123,7 +123,7 @@ def targets_cmd(as_json):
               help="throughput: keep --requests inferences in flight (an async infer queue on the HETERO "
                    "compile) and report inferences per second over --runs windows with a 95% CI; with --plain, "
                    "also the plain compile with its own streams.")
-@click.option("--requests", type=int, default=2, show_default=True, help="throughput: inferences in flight.")
+@click.option("--requests", type=int, default=None, help="throughput: inferences in flight  [default: 2]")
 @with_options(cache_options("a single placement's measurement goes to <cache-dir>/measure",
                             "Measure again and cache nothing."))
 @user_errors
@@ -155,6 +155,11 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
                                    "(no --target, --devices, --plain or other files)")
         return _evaluate_blob(blobs[0], runs=runs, warmup=warmup, timeout=timeout, as_json=as_json)
     tgt = _load_target(target, devices, default=None)
+    if objective == "throughput" and execution != "sequential":
+        raise click.UsageError("--objective throughput measures HETERO's pipelining of requests in flight; "
+                               "not with --execution concurrent")
+    if objective != "throughput" and requests is not None:
+        raise click.UsageError(f"--requests {requests}: only with --objective throughput")
     if execution == "concurrent":
         if len(placed) > 1 or plain:
             raise click.UsageError("--execution concurrent evaluates one placed file (against itself under HETERO "
@@ -162,9 +167,7 @@ def evaluate_cmd(placed, target, devices, runs, warmup, timeout, plain, resoluti
         return _evaluate_concurrent(placed[0], tgt, runs=runs, warmup=warmup, timeout=timeout,
                                     resolution=resolution, max_seconds=max_seconds, as_json=as_json)
     if objective == "throughput":
-        if execution != "sequential":
-            raise click.UsageError("--objective throughput measures HETERO's pipelining of requests in flight; "
-                                   "not with --execution concurrent")
+        requests = 2 if requests is None else requests
         if requests < 1:
             raise InputError(f"--requests {requests}: must be at least 1")
         if len(placed) > 1:

@@ -579,3 +579,29 @@ def test_auto_tries_two_stage_pipelines_for_throughput():
     allowed[5:, 1] = False
     q = msgspec.structs.replace(p, allowed=allowed)
     assert [n for n, _, _ in pipeline_candidates(q, Simulator(q))] == ["pipeline:D1>D0"]
+
+
+def test_evaluate_refuses_requests_without_throughput_and_throughput_with_the_executor(tmp_path):
+    """A flag evaluate would ignore is refused in one line, as compile refuses it."""
+    from click.testing import CliRunner
+
+    from conftest import _save
+    from hdp.cli import main
+
+    xml = _save(build_tower(), tmp_path / "tower.xml")
+    r = CliRunner().invoke(main, ["evaluate", str(xml), "--requests", "3"])
+    assert r.exit_code == 2 and "--requests 3: only with --objective throughput" in r.output
+    r = CliRunner().invoke(main, ["evaluate", str(xml), "--execution", "concurrent", "--objective", "throughput"])
+    assert r.exit_code == 2 and "not with --execution concurrent" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_calibrate_takes_devices_instead_of_the_default_target(tmp_path):
+    """--devices alone is a target (the default --target virtual only applies without it)."""
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+
+    r = CliRunner().invoke(main, ["calibrate", str(tmp_path / "missing.xml"), "--devices", "CPU"])
+    assert r.exit_code == 2 and "not both" not in r.output and "Traceback" not in r.output
+    assert "one device: there is no boundary to calibrate" in r.output or "missing.xml" in r.output
