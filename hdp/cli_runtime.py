@@ -328,9 +328,9 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
             res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
     versus = None
     if plain and all(v.ok for v in res.values()) and len(res["placed"].rates) == len(res["plain"].rates):
-        from hdp.runtime.stats import compare
-
         import numpy as np
+
+        from hdp.runtime.stats import compare
 
         versus = compare(1 / np.asarray(res["plain"].rates), 1 / np.asarray(res["placed"].rates),
                          names=(f"plain {plain}", "placed"))
