@@ -123,7 +123,9 @@ def compile_cmd(model, output, target, devices, passes, method, input_shape, seq
 
             cal = calibration_for(tgt, cache.dir)
             if cal is not None and cal.executor is not None:
-                for k in ("launch", "handover", "request", "convert"):
+                from hdp.placement.objective import EXECUTOR_COSTS
+
+                for k in EXECUTOR_COSTS:
                     flags[k] = repr(getattr(cal.executor, k))
                     labels[k] = "hdp calibrate's executor costs"
     if memory:

@@ -111,7 +111,7 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
     if old is not None:  # other profiles' executor observations, simulated with an earlier probe's costs
         executed = [o for o in old.executor_observations if o.costs not in new_tables] + executed
 
-    cal = C.build(tgt, observations, executor=executor, executor_observations=executed)
+    cal = C.with_executor(fitted, executor, executed)
     for line in C.report(cal):
         click.echo(line)
     agree = [o for o in cal.observations if o.hetero_subgraphs > 0]

@@ -11,7 +11,7 @@ from msgspec import Meta
 
 from hdp.ir.types import Array, Module, Partition
 from hdp.passes.base import Pass
-from hdp.placement.objective import KINDS, Concurrent, Latency, Objective, Throughput
+from hdp.placement.objective import EXECUTOR_COSTS, KINDS, Concurrent, Latency, Objective, Throughput
 from hdp.placers.options import HeteroAuto, Method, method_from
 from hdp.runtime.target import Target
 
@@ -59,8 +59,7 @@ class PartitionPass(Pass, tag="partition"):
                 raise InputError(f"--requests {requests}: only with --objective throughput")
             if executor is None:
                 return Concurrent()
-            return Concurrent(launch=executor.launch, handover=executor.handover, request=executor.request,
-                              convert=getattr(executor, "convert", 0.0))
+            return Concurrent(**{k: getattr(executor, k) for k in EXECUTOR_COSTS if hasattr(executor, k)})
         if requests is not None:
             try:
                 requests = int(requests)
@@ -82,7 +81,7 @@ class PartitionPass(Pass, tag="partition"):
         objective = opts.pop("objective", None)
         requests = opts.pop("requests", None)
         execution = str(opts.pop("execution", "sequential"))
-        costs = {k: opts.pop(k) for k in ("launch", "handover", "request", "convert") if k in opts}
+        costs = {k: opts.pop(k) for k in EXECUTOR_COSTS if k in opts}
         executor = None
         if costs:  # the concurrent executor's own costs (hdp calibrate), seconds
             vals = {}
@@ -95,8 +94,7 @@ class PartitionPass(Pass, tag="partition"):
                     raise InputError(f"pass 'partition': {k} must be between 0 and 10 seconds, not {v!r}")
             from types import SimpleNamespace
 
-            executor = SimpleNamespace(launch=vals.get("launch"), handover=vals.get("handover", 0.0),
-                                       request=vals.get("request", 0.0), convert=vals.get("convert", 0.0))
+            executor = SimpleNamespace(**vals)
         if not isinstance(objective, (Latency, Throughput, Concurrent)):
             objective = cls.objective_from(str(objective or "latency"), requests, execution, executor)
         memory = opts.pop("memory", ())
@@ -166,8 +164,9 @@ class PartitionPass(Pass, tag="partition"):
             goal["requests"] = str(self.objective.requests)
         if isinstance(self.objective, Concurrent):
             ob = self.objective
-            goal.update(execution="concurrent", launch=str(problem.subgraph_overhead if ob.launch is None else ob.launch),
-                        handover=str(ob.handover), request=str(ob.request), convert=str(ob.convert))
+            goal.update(execution="concurrent", **{k: str(getattr(ob, k)) for k in EXECUTOR_COSTS})
+            if ob.launch is None:
+                goal["launch"] = str(problem.subgraph_overhead)
         info = {"method": label, **goal, **{k: str(v) for k, v in placed.info.items()}}
         part = Partition(method=label, devices=devices,
                          group_of=Array.of(problem.structure.anchor, np.int32),

@@ -120,12 +120,11 @@ def concurrent_priced(module, p=None):
     part = module.partition
     if part is None or part.info.get("goal") != "concurrent" or module.placement is None:
         return None
-    from hdp.placement.objective import Concurrent
+    from hdp.placement.objective import EXECUTOR_COSTS, Concurrent
     from hdp.placement.simulate import Simulator
 
     p = p if p is not None else _problem(module)
-    ob = Concurrent(launch=float(part.info["launch"]), handover=float(part.info["handover"]),
-                    request=float(part.info["request"]), convert=float(part.info.get("convert", 0.0)))
+    ob = Concurrent(**{k: float(part.info[k]) for k in EXECUTOR_COSTS if k in part.info})
     return ob, Simulator(p.with_objective(ob)), p.structure.group_devices(module.placement.device_of.numpy())
 
 

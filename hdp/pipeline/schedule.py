@@ -25,6 +25,7 @@ import msgspec
 from hdp.errors import InputError
 from hdp.passes.base import Pass
 from hdp.passes.registry import PASSES, pass_class, registry
+from hdp.placement.objective import EXECUTOR_COSTS
 from hdp.pipeline.text import PassSpec, PipelineError, parse_pipeline, print_pipeline
 from hdp.runtime.target import Target
 
@@ -36,10 +37,9 @@ STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
 
 #: Options of ``partition`` itself (beside its method's); ``target`` and ``extra_ties`` are set by hdp.
 PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context", "execution",
-                     "launch", "handover", "request", "convert")
+                     *EXECUTOR_COSTS)
 #: The partition options that say what the placement optimises and under which memory.
-GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", "launch", "handover", "request",
-                "convert")
+GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", *EXECUTOR_COSTS)
 
 
 def takes_target(cls: type[Pass]) -> bool:

@@ -80,5 +80,9 @@ class Concurrent(_Objective, tag="concurrent"):
         return "concurrent latency"
 
 
+#: The fields of :class:`Concurrent` that are the executor's own costs (``hdp calibrate`` measures
+#: them; partition options and a placement's record carry them by these names).
+EXECUTOR_COSTS = ("launch", "handover", "request", "convert")
+
 Objective = Union[Latency, Throughput, Concurrent]
 KINDS: dict[str, type] = {c.kind(): c for c in (Latency, Throughput, Concurrent)}

@@ -488,23 +488,30 @@ def build(target, observations: Sequence[Observation], executor: ExecutorCosts |
     held = [o for o in observations if o.heldout and o.mixed]
     err = summary(errors(bm, scales, held, nd))["p90_abs"] if held else None
     contrast = float(np.median([m.contrast for m in models])) if models else 1.0
+    cal = Calibration(version=CALIBRATION_VERSION, target=target.name, devices=target.device_names,
+                      host=host_fingerprint(), host_facts=dict(host_facts()),
+                      created=_dt.datetime.now().isoformat(timespec="seconds"), link=link, boundary=bm,
+                      models=models, observations=tuple(observations), error=err, contrast=contrast)
+    return cal if executor is None else with_executor(cal, executor, executor_observations)
+
+
+def with_executor(cal: Calibration, executor: ExecutorCosts,
+                  executor_observations: Sequence[ExecutorObservation] = ()) -> Calibration:
+    """``cal`` with the concurrent executor's costs ``executor`` (probed), its ``convert`` refitted
+    on the executor observations that are not held out: the refit replaces the probe's value
+    unless it sits at an end of its range (the conversions alone do not explain the measurements)
+    or predicts the held-out placements worse."""
     probe = None
-    fitted = fit_convert([o for o in executor_observations if not o.heldout]) if executor is not None else None
+    fitted = fit_convert([o for o in executor_observations if not o.heldout])
     if fitted is not None:
         probe = executor.convert
         held_x = [o for o in executor_observations if o.heldout]
-        # the fit replaces the probe unless it sits at an end of its range (the conversions alone do
-        # not explain the measurements) or predicts the held-out placements worse
         inside = CONVERT_GRID[0] < fitted < CONVERT_GRID[-1]
         if inside and (not held_x or (np.median(np.abs(executor_errors(held_x, fitted)))
                                       <= np.median(np.abs(executor_errors(held_x, probe))))):
             executor = msgspec.structs.replace(executor, convert=fitted, convert_ci=(0.0, 0.0), convert_fitted=True)
-    return Calibration(version=CALIBRATION_VERSION, target=target.name, devices=target.device_names,
-                       host=host_fingerprint(), host_facts=dict(host_facts()),
-                       created=_dt.datetime.now().isoformat(timespec="seconds"), link=link, boundary=bm,
-                       models=models, observations=tuple(observations), error=err, contrast=contrast,
-                       executor=executor, executor_observations=tuple(executor_observations),
-                       convert_probe=probe)
+    return msgspec.structs.replace(cal, executor=executor, executor_observations=tuple(executor_observations),
+                                   convert_probe=probe)
 
 
 #: The range of a plausible device correction δ: a fit outside it explains the measurements by

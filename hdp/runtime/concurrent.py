@@ -350,7 +350,8 @@ class ExecutorCosts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         def ms_mb(x, ci):
             if self.convert_fitted:
                 return f"{x * 1e9:.3g} ms per MB (fitted on placements the executor ran)"
-            return f"{x * 1e9:.3g} ms per MB" + (f" (95 % CI {ci[0] * 1e9:.3g}…{ci[1] * 1e9:.3g})" if ci != (0.0, 0.0) else "")
+            interval = f" (95 % CI {ci[0] * 1e9:.3g}…{ci[1] * 1e9:.3g})" if ci != (0.0, 0.0) else ""
+            return f"{x * 1e9:.3g} ms per MB{interval}"
 
         return (f"concurrent executor: {us(self.request, self.request_ci)} per inference, "
                 f"{us(self.launch, self.launch_ci)} per subgraph, {us(self.handover, self.handover_ci)} per "
@@ -446,13 +447,17 @@ def fit_executor_costs(target, core=None, *, rounds: int = 200, n: int = 8) -> E
     if len(devs) > 1:
         probes.append((_probe(devs, n), devs))
     models = [compile_concurrent(m, target, core, d, source="<executor probe>") for m, d in probes]
-    x = ov.Tensor(np.ones((1, 64), np.float32))
-    reqs = []
-    for cm in models:
-        req = cm.create_infer_request()
-        req.set_input_tensor(0, x)
-        reqs.append(req)
     clock = time.perf_counter
+
+    def requests_of(compiled) -> list:
+        """One request per compiled probe, its input all ones."""
+        x = ov.Tensor(np.ones(tuple(compiled[0].inputs[0].get_partial_shape().to_shape()), np.float32))
+        out = [cm.create_infer_request() for cm in compiled]
+        for req in out:
+            req.set_input_tensor(0, x)
+        return out
+
+    reqs = requests_of(models)
 
     def inline(req) -> float:
         t = 0.0
@@ -477,12 +482,7 @@ def fit_executor_costs(target, core=None, *, rounds: int = 200, n: int = 8) -> E
     # apart, after: the convolutions' megabytes would evict the tiny probes' caches
     conv_models, conv_bytes = _convert_probes(devs[0])
     convs = [compile_concurrent(m, target, core, devs[:1], source="<executor probe>") for m in conv_models]
-    xc = ov.Tensor(np.ones(tuple(conv_models[0].inputs[0].get_partial_shape().to_shape()), np.float32))
-    conv_reqs = []
-    for cm in convs:
-        req = cm.create_infer_request()
-        req.set_input_tensor(0, xc)
-        conv_reqs.append(req)
+    conv_reqs = requests_of(convs)
     conv = np.zeros(max(rounds // 4, 8))  # a round takes about 9 ms of convolutions
     for r in range(-3, conv.shape[0]):
         t = [0.0, 0.0, 0.0]  # whole, first part, second part

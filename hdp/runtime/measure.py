@@ -600,53 +600,50 @@ class Measurer:
         (``unplaced_config``: its compile options). ``per_batch`` inferences per window (0: the worker sizes windows of
         about a quarter second), ``batches`` windows after ``warmup`` rounds. Never cached; failures
         come back as ``error``."""
-        per_batch = int(per_batch)
         if unplaced_on is not None:
-            if self.target.device(unplaced_on).kind != "real":
-                raise InputError(f"device '{unplaced_on}' of target '{self.target.name}' is modeled; it cannot run here")
-            what = f"plain:{unplaced_on}"
-            req = P.Serve(unplaced_on=unplaced_on, unplaced_config={k: str(v) for k, v in (unplaced_config or {}).items()},
-                          requests=requests, batches=batches, per_batch=per_batch, warmup=self.warmup)
-        else:
-            dev, devices = self._placement(device_of, devices)
-            what = "HETERO:" + ",".join(d for k, d in enumerate(devices) if (dev == k).any())
-            req = P.Serve(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()), requests=requests,
-                          batches=batches, per_batch=per_batch, warmup=self.warmup)
-        base = dict(what=what, target=self.target.name, requests=int(requests), per_batch=per_batch)
-        try:
-            reply = self._call(req)
-        except WorkerFailure as e:
-            return Served(**base, error=f"{what}: {e}")
-        if isinstance(reply, P.Failed):
-            return Served(**base, error=f"{what}: {reply.error}")
-        base["per_batch"] = reply.per_batch or per_batch
-        return Served(**base, rates=tuple(reply.rates), compile_seconds=reply.compile_seconds,
-                      submodels=reply.submodels, pinning=reply.pinning)
+            self._real(unplaced_on)
+            req = P.Serve(unplaced_on=unplaced_on, unplaced_config=_text_config(unplaced_config), requests=requests,
+                          batches=batches, per_batch=int(per_batch), warmup=self.warmup)
+            return self._served(req, f"plain:{unplaced_on}")[0]
+        req, what = self._serve_placement(device_of, devices, requests, batches, per_batch)
+        return self._served(req, what)[0]
 
     def serve_beside(self, device_of, devices, plain_on: str, plain_config: dict | None = None, *, requests: int,
                      batches: int = 10, per_batch: int = 0) -> tuple[Served, Served]:
         """:meth:`serve` of a placement and of ``plain_on``'s plain compile (``plain_config``) in one
         worker, their windows alternating (ABBA), so that both see the same host: (placed, plain)."""
-        if self.target.device(plain_on).kind != "real":
-            raise InputError(f"device '{plain_on}' of target '{self.target.name}' is modeled; it cannot run here")
+        self._real(plain_on)
+        req, what = self._serve_placement(device_of, devices, requests, batches, per_batch, plain_on=plain_on,
+                                          plain_config=_text_config(plain_config))
+        return self._served(req, what, f"plain:{plain_on}")
+
+    def _real(self, device: str) -> None:
+        if self.target.device(device).kind != "real":
+            raise InputError(f"device '{device}' of target '{self.target.name}' is modeled; it cannot run here")
+
+    def _serve_placement(self, device_of, devices, requests, batches, per_batch, **plain) -> tuple[P.Serve, str]:
         dev, devices = self._placement(device_of, devices)
         what = "HETERO:" + ",".join(d for k, d in enumerate(devices) if (dev == k).any())
-        req = P.Serve(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()), requests=requests,
-                      batches=batches, per_batch=int(per_batch), warmup=self.warmup, plain_on=plain_on,
-                      plain_config={k: str(v) for k, v in (plain_config or {}).items()})
-        base = dict(target=self.target.name, requests=int(requests), per_batch=int(per_batch))
+        return (P.Serve(placement=P.Placement(devices=list(devices), device_of=dev.tobytes()), requests=requests,
+                        batches=batches, per_batch=int(per_batch), warmup=self.warmup, **plain), what)
+
+    def _served(self, req: P.Serve, what: str, plain_what: str | None = None) -> tuple[Served, ...]:
+        """The worker's answer to ``req`` as :class:`Served` (and, with ``plain_what``, the plain
+        compile served beside it); a failure is each one's ``error``."""
+        base = dict(target=self.target.name, requests=int(req.requests), per_batch=int(req.per_batch))
+        names = (what,) if plain_what is None else (what, plain_what)
         try:
             reply = self._call(req)
         except WorkerFailure as e:
             reply = P.Failed(error=str(e))
         if isinstance(reply, P.Failed):
-            return (Served(**base, what=what, error=f"{what}: {reply.error}"),
-                    Served(**base, what=f"plain:{plain_on}", error=f"plain:{plain_on}: {reply.error}"))
-        placed = Served(**{**base, "per_batch": reply.per_batch}, what=what, rates=tuple(reply.rates),
-                        compile_seconds=reply.compile_seconds, submodels=reply.submodels, pinning=reply.pinning)
-        plain = Served(**{**base, "per_batch": reply.plain_per_batch}, what=f"plain:{plain_on}",
-                       rates=tuple(reply.plain_rates), compile_seconds=reply.plain_compile_seconds)
-        return placed, plain
+            return tuple(Served(**base, what=w, error=f"{w}: {reply.error}") for w in names)
+        out = [Served(**{**base, "per_batch": reply.per_batch or req.per_batch}, what=what, rates=tuple(reply.rates),
+                      compile_seconds=reply.compile_seconds, submodels=reply.submodels, pinning=reply.pinning)]
+        if plain_what is not None:
+            out.append(Served(**{**base, "per_batch": reply.plain_per_batch}, what=plain_what,
+                              rates=tuple(reply.plain_rates), compile_seconds=reply.plain_compile_seconds))
+        return tuple(out)
 
     def _run(self, req: P.Measure | P.Unplaced, what: str) -> Measurement:
         base = dict(what=what, target=self.target.name, runs=self.runs, warmup=self.warmup)
@@ -658,6 +655,12 @@ class Measurer:
 
 
 # --------------------------------------------------------------------------- conveniences
+
+
+def _text_config(config: dict | None) -> dict[str, str]:
+    """Compile options as the worker protocol carries them (text values)."""
+    return {k: str(v) for k, v in (config or {}).items()}
+
 
 
 def measure_plain(source, target: Target | str, device: str, *, runs: int = 10, warmup: int = 3,
