@@ -211,7 +211,8 @@ class Serve(_Message, tag="serve"):
     the unplaced model on that device with ``unplaced_config``) and keep ``requests`` inferences in
     flight (an ``AsyncInferQueue``): ``warmup`` × ``requests`` inferences, then ``batches`` windows
     of ``per_batch`` inferences each (0: as many as take about a quarter second, judged by the
-    warm-up), timed from the first start to the last completion. A CPU-plugin device the target
+    warm-up), each timed in steady state: between completions, with ``requests`` in flight, the
+    pipeline's fill and drain left out (``Worker._serving``). A CPU-plugin device the target
     pins (``ENABLE_CPU_PINNING=YES``) is compiled unpinned here: the plugin pins one-thread
     instances to one and the same core, which would serialise the pipeline's stages.
 
