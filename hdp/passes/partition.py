@@ -43,10 +43,11 @@ class PartitionPass(Pass, tag="partition"):
 
     @staticmethod
     def objective_from(name: str = "latency", requests=None, execution: str = "sequential",
-                       executor=None) -> Objective:
+                       executor=None, handoff: float | None = None) -> Objective:
         """The objective of ``--objective NAME [--requests N] [--execution E]``; InputError naming the
         bad option. ``--execution concurrent`` is one request's latency run by hdp's concurrent
-        executor, with the executor's costs ``executor`` measured by ``hdp calibrate`` (when known)."""
+        executor, with the executor's costs ``executor`` measured by ``hdp calibrate`` (when known);
+        ``handoff`` is the throughput objective's cost of a served subgraph (``hdp calibrate``'s)."""
         if name not in KINDS:
             raise InputError(f"--objective {name}: must be one of {', '.join(KINDS)}")
         if execution not in ("sequential", "concurrent"):
@@ -68,7 +69,8 @@ class PartitionPass(Pass, tag="partition"):
             if requests < 1:
                 raise InputError(f"--requests {requests}: must be at least 1")
         if name == "throughput":
-            return Throughput() if requests is None else Throughput(requests=requests)
+            extra = {} if handoff is None else {"handoff": handoff}
+            return Throughput(**extra) if requests is None else Throughput(requests=requests, **extra)
         if requests is not None:
             raise InputError(f"--requests {requests}: only with --objective throughput")
         return Latency()
@@ -95,8 +97,18 @@ class PartitionPass(Pass, tag="partition"):
             from types import SimpleNamespace
 
             executor = SimpleNamespace(**vals)
+        handoff = opts.pop("handoff", None)
+        if handoff is not None:  # a served subgraph's hand-off (hdp calibrate), seconds
+            try:
+                handoff = float(handoff)
+            except (TypeError, ValueError):
+                raise InputError(f"pass 'partition': handoff must be a number of seconds, not {handoff!r}") from None
+            if not 0 <= handoff <= 10:
+                raise InputError(f"pass 'partition': handoff must be between 0 and 10 seconds, not {handoff!r}")
+            if not (isinstance(objective, Throughput) or str(objective or "latency") == "throughput"):
+                raise InputError("pass 'partition': handoff prices a served pipeline; only with objective throughput")
         if not isinstance(objective, (Latency, Throughput, Concurrent)):
-            objective = cls.objective_from(str(objective or "latency"), requests, execution, executor)
+            objective = cls.objective_from(str(objective or "latency"), requests, execution, executor, handoff)
         memory = opts.pop("memory", ())
         if isinstance(memory, str):
             from hdp.runtime.capacity import parse_overrides
@@ -162,6 +174,8 @@ class PartitionPass(Pass, tag="partition"):
             goal["memory_caps"] = caps_record(self.memory)
         if isinstance(self.objective, Throughput):
             goal["requests"] = str(self.objective.requests)
+            if self.objective.handoff:
+                goal["handoff"] = str(self.objective.handoff)
         if isinstance(self.objective, Concurrent):
             ob = self.objective
             goal.update(execution="concurrent", **{k: str(getattr(ob, k)) for k in EXECUTOR_COSTS})

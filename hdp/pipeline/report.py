@@ -93,11 +93,13 @@ def simulated_line(module, target) -> str:
         from hdp.placement.objective import Throughput
 
         n = int(part.info.get("requests", 2))
-        tsim = Simulator(p.with_objective(Throughput(requests=n)))
+        handoff = float(part.info.get("handoff", 0.0))
+        tsim = Simulator(p.with_objective(Throughput(requests=n, handoff=handoff)))
         periods = [tsim.cost(p.single(j)) for j in range(p.n_devices) if p.allowed[:, j].all()]
         period = float(part.info["period"])
         line += (f"\n{label} throughput with {n} requests in flight: {1 / period:.1f} requests/s "
-                 f"({period * 1e3:.3f} ms per request; loads {part.info.get('load', '')})"
+                 f"({period * 1e3:.3f} ms per request; loads {part.info.get('load', '')}"
+                 + (f"; {handoff * 1e6:.0f} us per served subgraph" if handoff else "") + ")"
                  + (f", best single device {min(periods) * 1e3:.3f} ms per request" if periods else ""))
     priced = concurrent_priced(module, p)
     if priced is not None:

@@ -37,9 +37,9 @@ STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
 
 #: Options of ``partition`` itself (beside its method's); ``target`` and ``extra_ties`` are set by hdp.
 PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context", "execution",
-                     *EXECUTOR_COSTS)
+                     "handoff", *EXECUTOR_COSTS)
 #: The partition options that say what the placement optimises and under which memory.
-GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", *EXECUTOR_COSTS)
+GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", "handoff", *EXECUTOR_COSTS)
 
 
 def takes_target(cls: type[Pass]) -> bool:

@@ -57,6 +57,10 @@ class Throughput(_Objective, tag="throughput"):
     receive: Annotated[float, Meta(ge=0, le=10)] = 1.0
     #: devices whose communication is free (neither sending nor receiving costs them)
     free_comm: tuple[str, ...] = ()
+    #: seconds each HETERO subgraph costs a served request beyond the subgraph overhead of one
+    #: request's latency: the hand-over between the pipeline's stage executors (``hdp calibrate``
+    #: fits it on placements served with requests in flight; 0 when not calibrated)
+    handoff: Annotated[float, Meta(ge=0, le=10)] = 0.0
 
     def label(self) -> str:
         return f"throughput ({self.requests} in flight)"

@@ -32,10 +32,14 @@ Throughput (:meth:`Simulator.loads`, :meth:`Simulator.period`; the objective
 :class:`~hdp.placement.objective.Throughput`): with ``N`` requests in flight HETERO pipelines
 them stage by stage, one stage per device at a time, so a request completes every::
 
-    period = max(latency / N, max_d load[d])
+    period = max((latency + handoff × subgraphs) / N, max_d load[d])
     load[d] = Σ_(g on d) time[g, d] + Σ_(replicated unit u used on d) r_time[u, d]
             + receive × Σ_(tensor t copied to d) copy_t + send × Σ_(tensor t d sends) copy_t
-            + subgraph_overhead × (subgraphs on d)
+            + (subgraph_overhead + handoff) × (subgraphs on d)
+
+(``handoff``: what a subgraph costs a served request beyond one request's latency, the hand-over
+between HETERO's stage executors; :class:`~hdp.placement.objective.Throughput`'s, fitted by ``hdp
+calibrate``.)
 
 (copies on ``free_comm`` devices cost them nothing). :meth:`Simulator.cost` is the problem's
 objective in seconds per request (latency, or the period), lower is better;
@@ -137,6 +141,8 @@ class Simulator:
         thr = ob if isinstance(ob, Throughput) else Throughput()
         self.requests = float(thr.requests)
         self.send, self.receive = float(thr.send), float(thr.receive)
+        #: seconds per subgraph of a served request (the throughput model): the overhead and the hand-off
+        self.served_overhead = self.overhead + float(thr.handoff)
         self.free = np.array([n in thr.free_comm for n in self.devices], np.bool_)
         self._load = np.empty(nd)
         mem = problem.needs
@@ -237,16 +243,24 @@ class Simulator:
         d = self._check(group_device)
         out = np.empty(self.n_devices)
         K.device_loads(d, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost, self.r_ptr, self.r_grp,
-                       self.r_time, self.u_src, self.u_dst, self.counted, self.overhead, self.send, self.receive,
+                       self.r_time, self.u_src, self.u_dst, self.counted, self.served_overhead, self.send, self.receive,
                        self.free, out, self._stamp, self._label, self._parent, self._label2, self._stage,
                        self._comp0, self._flags, self._seen)
         return out
 
     def period(self, group_device: np.ndarray, requests: float | None = None) -> float:
         """Steady-state seconds per request with ``requests`` in flight (default: the objective's,
-        else 2): ``max(latency / requests, max load)``."""
+        else 2): ``max(latency / requests, max load)``, every subgraph at the served cost
+        (:attr:`served_overhead`)."""
         n = self.requests if requests is None else float(requests)
-        return max(self.latency(group_device) / n, float(self.loads(group_device).max(initial=0.0)))
+        return max(self.served_latency(group_device) / n, float(self.loads(group_device).max(initial=0.0)))
+
+    def served_latency(self, group_device: np.ndarray) -> float:
+        """One request's latency with every subgraph at the served cost (:attr:`served_overhead`)."""
+        if not self.n_groups:
+            return 0.0
+        comp, copy, nsub = self.terms(group_device)
+        return comp + copy + self.served_overhead * nsub
 
     def cost(self, group_device: np.ndarray) -> float:
         """The problem's objective in seconds per request (lower is better)."""
@@ -268,7 +282,7 @@ class Simulator:
         out = np.empty(d.shape[0])
         K.throughput_batch(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost,
                            self.r_ptr, self.r_grp, self.r_time, self.u_src, self.u_dst, self.counted,
-                           self.overhead, self.requests, self.send, self.receive, self.free, out, self._load,
+                           self.served_overhead, self.requests, self.send, self.receive, self.free, out, self._load,
                            *self._scratch())
         return out
 
@@ -320,7 +334,7 @@ class Simulator:
             out["concurrent_subgraphs"] = self.concurrent_subgraphs(group_device)[1]
         if isinstance(self.objective, Throughput):
             loads = self.loads(group_device)
-            out["period"] = max(out["simulated"] / self.requests, float(loads.max(initial=0.0)))
+            out["period"] = max((comp + copy + self.served_overhead * nsub) / self.requests, float(loads.max(initial=0.0)))
             out["load"] = ", ".join(f"{n} {v * 1e3:.4g} ms" for n, v in zip(self.devices, loads))
         if self.problem.memory_binds:
             from hdp.placement.memory import size_text

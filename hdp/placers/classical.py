@@ -449,7 +449,8 @@ def optimal(o: Optimal, ctx: PlaceContext) -> Placed:
     sim = Simulator(p)
     if not p.n_groups:
         return Placed(np.zeros(0, np.int16))
-    penalty = sim.overhead if o.boundary_penalty is None else float(o.boundary_penalty)
+    # per copy, for the subgraph it starts: at a served request's cost under the throughput objective
+    penalty = sim.served_overhead if o.boundary_penalty is None else float(o.boundary_penalty)
     solver = o.solver or ("mincut" if p.n_devices == 2 else "ilp")
     if solver == "mincut" and p.n_devices != 2:
         raise InputError(f"optimal:mincut needs exactly 2 devices, the target has {p.n_devices}")

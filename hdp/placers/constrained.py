@@ -22,7 +22,8 @@ Objectives:
 - throughput: ``min T`` subject to, for every device ``d``,
   ``load[d] = Σ time[g, d] x + Σ r_time[u, d] r + Σ_t (receive[d] copy_t + penalty) y[t, d]
   + send[d] Σ_t copy_t z[t, d] + overhead · used[d] <= T`` and ``latency / requests <= T`` (with
-  the latency expression above plus one overhead).
+  the latency expression above plus one overhead), the overhead here that of a served subgraph
+  (the subgraph overhead plus the objective's ``handoff``, as ``penalty`` is by default).
 
 :func:`solve` runs it within one time limit, on a large problem first over clusters of groups and
 then over the groups near the clusters' cuts (see its docstring); the answer is exact when HiGHS
@@ -250,7 +251,7 @@ def _program(problem, penalty: float) -> _Program:
         ub[tid] = np.inf
         c = np.zeros(nv)
         c[tid] = 1.0
-        ovh = float(p.subgraph_overhead) * sc
+        ovh = (float(p.subgraph_overhead) + float(thr.handoff)) * sc
         recv = np.where(free, 0.0, float(thr.receive))
         for d in range(nd):
             gs = np.nonzero(ok[:, d])[0]
