@@ -117,17 +117,8 @@ def compile_cmd(model, output, target, devices, passes, method, input_shape, seq
     labels = {k: f"--{k}" for k in flags}
     if execution != "sequential":
         flags["execution"], labels["execution"] = execution, "--execution"
-        cache = pass_cache(cache_dir, no_cache)
-        if cache is not None:  # the executor's own costs, when `hdp calibrate` measured them on this host
-            from hdp.runtime.calibrate import calibration_for
-
-            cal = calibration_for(tgt, cache.dir)
-            if cal is not None and cal.executor is not None:
-                from hdp.placement.objective import EXECUTOR_COSTS
-
-                for k in EXECUTOR_COSTS:
-                    flags[k] = repr(getattr(cal.executor, k))
-                    labels[k] = "hdp calibrate's executor costs"
+    for k, (v, label) in _calibrated_costs(tgt, objective, execution, pass_cache(cache_dir, no_cache)).items():
+        flags[k], labels[k] = v, label
     if memory:
         from hdp.runtime.capacity import parse_overrides
 
@@ -219,6 +210,27 @@ def lower_cmd(model, output, fmt, input_shape, seq_len, phase):
     m = lower(model, shape_request(input_shape, seq_len, phase))
     save(m, output)
     click.echo(f"{m.graph.n_ops} ops, {m.graph.n_edges} edges -> {output}")
+
+
+def _calibrated_costs(tgt, objective: str, execution: str, cache) -> dict[str, tuple[str, str]]:
+    """Partition options from ``hdp calibrate``'s stored fit for ``tgt`` on this host, each with the
+    label compile's report gives it: the concurrent executor's costs (``--execution concurrent``),
+    the served hand-off per subgraph (``--objective throughput``)."""
+    if cache is None or (execution == "sequential" and objective != "throughput"):
+        return {}
+    from hdp.runtime.calibrate import calibration_for
+
+    cal = calibration_for(tgt, cache.dir)
+    out: dict[str, tuple[str, str]] = {}
+    if cal is None:
+        return out
+    if execution != "sequential" and cal.executor is not None:
+        from hdp.placement.objective import EXECUTOR_COSTS
+
+        out |= {k: (repr(getattr(cal.executor, k)), "hdp calibrate's executor costs") for k in EXECUTOR_COSTS}
+    if objective == "throughput" and cal.handoff is not None:
+        out["handoff"] = (repr(cal.handoff), "hdp calibrate's served hand-off")
+    return out
 
 
 def _parse_sets(sets) -> dict:

@@ -112,6 +112,15 @@ def calibrate_cmd(models, target, devices, input_shape, seq_len, phase, heldout,
         executed = [o for o in old.executor_observations if o.costs not in new_tables] + executed
 
     cal = C.with_executor(fitted, executor, executed)
+    # then HETERO serving requests in flight: placements of each model served beside the plain first
+    # device, to fit what a subgraph costs a served request (--objective throughput's hand-off)
+    served = []
+    for name, module in modules:
+        served += experiment.calibrate_pipeline(module, cal, tgt, model=name, say=lambda s: click.echo(f"  {s}"),
+                                                **kw)
+    if old is not None:
+        served = [o for o in old.pipeline_observations if o.costs not in new_tables] + served
+    cal = C.with_pipeline(cal, served)
     for line in C.report(cal):
         click.echo(line)
     agree = [o for o in cal.observations if o.hetero_subgraphs > 0]

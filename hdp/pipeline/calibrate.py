@@ -311,3 +311,107 @@ def calibrate_executor(module, calibration, target, executor, *, model: str, see
     with Measurer(module, target, timeout=timeout, cache=False) as m:
         return measure_executor(m, problem, sim, pls, executor, model=model, costs=digest, plan=plan, batch=batch,
                                 say=say)
+
+
+# --------------------------------------------------------------------------- served pipelines
+
+#: Requests in flight of the placements ``hdp calibrate`` serves to fit the throughput hand-off.
+PIPELINE_REQUESTS = 2
+
+
+def pipeline_design(module, problem, *, requests: int = PIPELINE_REQUESTS) -> list[Design]:
+    """Placements served to fit the throughput objective's hand-off: fitted, the best two-stage
+    pipeline from the first device to the second (:func:`hdp.placers.auto.pipeline_candidates`),
+    the throughput-optimal placement without a hand-off (HiGHS; it splits into more subgraphs) and
+    contiguous blocks alternating devices in 3 and 5 parts of equal compute; held out, the other
+    two-stage pipelines and 9 alternating blocks."""
+    from hdp.placement.objective import Throughput
+    from hdp.placement.simulate import Simulator
+    from hdp.placers import PlaceContext
+    from hdp.placers.auto import pipeline_candidates
+    from hdp.placers.classical import optimal
+    from hdp.placers.options import Optimal
+
+    p = problem.with_objective(Throughput(requests=requests))
+    sim = Simulator(p)
+    out: list[Design] = []
+    seen: set[bytes] = set()
+
+    def add(name, gd, held):
+        gd = _allowed_fix(p, gd)
+        key = gd.astype(np.int16).tobytes()
+        if np.unique(gd).size > 1 and key not in seen:
+            seen.add(key)
+            out.append(Design(name, gd, held))
+
+    for j, (name, gd, _) in enumerate(pipeline_candidates(p, sim)):
+        add(name, gd, j > 0)
+    if p.n_groups < 2 or p.n_devices < 2:
+        return out
+    add("optimal:throughput", optimal(Optimal(margin=0.0, time_limit=30.0), PlaceContext(module=module, problem=p))
+        .group_device, False)
+    work = np.cumsum(np.where(p.allowed, p.time, np.inf).min(axis=1))  # groups are in topological order
+    for nb, held in ((3, False), (5, False), (9, True)):
+        if nb <= p.n_groups:
+            seg = np.minimum((work / max(work[-1], 1e-300) * nb).astype(np.int64), nb - 1)
+            add(f"blocks:{nb}", seg % p.n_devices, held)
+    return out
+
+
+def measure_pipeline(measurer, problem, placements: Sequence[Design], *, model: str, costs: str,
+                     requests: int = PIPELINE_REQUESTS, batches: int = 12,
+                     say: Callable[[str], None] = lambda s: None) -> list:
+    """Serve each placement with ``requests`` in flight beside the plain compile of the target's
+    first device, windows alternating (:meth:`hdp.runtime.measure.Measurer.serve_beside`); each
+    observation carries the simulator's period ratio on :data:`hdp.runtime.calibrate.HANDOFF_GRID`.
+    Failures are reported through ``say`` and skipped."""
+    from hdp.placement.objective import Throughput
+    from hdp.placement.simulate import Simulator
+    from hdp.runtime import stats
+    from hdp.runtime.calibrate import HANDOFF_GRID, PipelineObservation
+
+    p0 = problem.with_objective(Throughput(requests=requests))
+    sims = [Simulator(problem.with_objective(Throughput(requests=requests, handoff=h))) for h in HANDOFF_GRID]
+    first = p0.devices[0]
+    ref_t = sims[0].terms(p0.single(0))[0] if p0.allowed[:, 0].all() else None
+    out = []
+    for d in placements:
+        if ref_t is None:
+            say(f"served pipelines: {first} cannot run the whole model; no plain reference")
+            break
+        placed, plain = measurer.serve_beside(problem.op_devices(d.group_device), p0.devices, first, {},
+                                              requests=requests, batches=batches)
+        if not (placed.ok and plain.ok):
+            say(f"served {d.name}: {placed.error or plain.error}")
+            continue
+        c = stats.compare(1 / np.asarray(plain.rates), 1 / np.asarray(placed.rates), names=(first, d.name))
+        lo, hi = (c.low, c.high) if math.isfinite(c.high) and c.low > 0 else (0.0, 0.0)
+        gd = np.asarray(d.group_device, np.int64)
+        pred = tuple(s.period(gd) / ref_t for s in sims)
+        o = PipelineObservation(model=model, costs=costs, name=d.name, heldout=d.heldout, requests=requests,
+                                ratio=float(c.ratio), low=float(lo), high=float(hi), rounds=len(placed.rates),
+                                subgraphs=int(sims[0].terms(gd)[2]), hetero_subgraphs=int(placed.submodels),
+                                grid=HANDOFF_GRID, predicted=pred)
+        out.append(o)
+        say(f"served {d.name:<22} period ratio to plain {first} {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over "
+            f"{o.rounds} windows; {o.subgraphs} subgraphs (HETERO {o.hetero_subgraphs}); simulated {pred[0]:.3f} "
+            f"without a hand-off")
+    return out
+
+
+def calibrate_pipeline(module, calibration, target, *, model: str, timeout: float = 600.0,
+                       say: Callable[[str], None] = lambda s: None) -> list:
+    """Serve placements of one profiled module (:func:`pipeline_design`, :func:`measure_pipeline`),
+    simulated as ``hdp compile --objective throughput`` will: on the costs with ``calibration``'s
+    boundary model applied."""
+    from hdp.passes.boundary import BoundaryPass
+    from hdp.placement.problem import build_problem
+    from hdp.runtime.measure import Measurer
+
+    digest = costs_digest(module.costs)
+    calibrated = BoundaryPass(boundary=calibration.boundary, models=calibration.models,
+                              contrast=calibration.contrast).run(module)
+    problem = build_problem(calibrated, target.device_names)
+    pls = pipeline_design(calibrated, problem)
+    with Measurer(module, target, timeout=timeout, cache=False) as m:
+        return measure_pipeline(m, problem, pls, model=model, costs=digest, say=say)

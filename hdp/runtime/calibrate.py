@@ -170,10 +170,10 @@ class ExecutorObservation(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
 CONVERT_GRID = tuple(float(x) for x in np.linspace(0.0, 2e-9, 41))
 
 
-def fit_convert(obs: Sequence[ExecutorObservation]) -> float | None:
-    """The ``convert`` (seconds per byte) that best explains the measured executor ratios: least
-    squares on log ratios, each divided by its standard error (as the boundary fit), over the grid's
-    range; None without observations."""
+def fit_grid(obs) -> float | None:
+    """The value on the observations' grid that best explains their measured ratios (each has
+    ``ratio``, ``low``, ``high``, ``grid`` and ``at``): least squares on log ratios, each divided by
+    its standard error (as the boundary fit), over the grid's range; None without observations."""
     from scipy.optimize import minimize_scalar
 
     use = [o for o in obs if o.ratio > 0 and o.grid and math.isfinite(_se(o))]
@@ -194,9 +194,46 @@ def fit_convert(obs: Sequence[ExecutorObservation]) -> float | None:
     return float(r.x) if r.success and loss(r.x) <= loss(best) else best
 
 
-def executor_errors(obs: Sequence[ExecutorObservation], convert: float) -> np.ndarray:
-    """``predicted / measured - 1`` of each executor observation at ``convert``."""
-    return np.array([o.at(convert) / o.ratio - 1 for o in obs if o.ratio > 0])
+def fit_convert(obs: Sequence[ExecutorObservation]) -> float | None:
+    """The executor's ``convert`` (seconds per byte) that best explains its measured ratios
+    (:func:`fit_grid`)."""
+    return fit_grid(obs)
+
+
+def grid_errors(obs, value: float) -> np.ndarray:
+    """``predicted / measured - 1`` of each observation (executor or pipeline) at ``value``."""
+    return np.array([o.at(value) / o.ratio - 1 for o in obs if o.ratio > 0])
+
+
+class PipelineObservation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One placement served under HETERO with ``requests`` in flight, window beside window with the
+    plain compile of the target's first device (:meth:`hdp.runtime.measure.Measurer.serve_beside`):
+    ``ratio`` is the placement's seconds per request over the plain device's (Hodges-Lehmann over the
+    paired windows, 95 % interval ``low``-``high``), ``predicted`` the simulator's period over the
+    plain device's simulated compute at each ``handoff`` of ``grid`` (seconds per subgraph)."""
+
+    model: str
+    costs: str
+    name: str
+    heldout: bool
+    requests: int
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    subgraphs: int  # the simulator's
+    hetero_subgraphs: int  # HETERO_NUMBER_OF_SUBMODELS of the served compile
+    grid: tuple[float, ...]
+    predicted: tuple[float, ...]
+
+    def at(self, handoff: float) -> float:
+        """The simulator's ratio at ``handoff`` (linear between grid points, clamped at its ends)."""
+        return float(np.interp(handoff, self.grid, self.predicted))
+
+
+#: The ``handoff`` values (seconds per served subgraph) each pipeline observation is simulated at:
+#: 0 to 1 ms in 25 µs steps.
+HANDOFF_GRID = tuple(float(x) for x in np.linspace(0.0, 1e-3, 41))
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -223,6 +260,10 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     #: the probe's ``convert`` when executor observations were fitted (whether or not the fit replaced
     #: it: ``executor.convert_fitted`` says)
     convert_probe: float | None = None
+    #: the throughput objective's ``handoff`` (seconds per served HETERO subgraph) fitted on
+    #: ``pipeline_observations`` (None: not fitted, or the fit was not kept)
+    handoff: float | None = None
+    pipeline_observations: tuple[PipelineObservation, ...] = ()
 
     def scale_for(self, costs: str) -> ModelScale | None:
         return next((m for m in self.models if m.costs == costs), None)
@@ -507,11 +548,55 @@ def with_executor(cal: Calibration, executor: ExecutorCosts,
         probe = executor.convert
         held_x = [o for o in executor_observations if o.heldout]
         inside = CONVERT_GRID[0] < fitted < CONVERT_GRID[-1]
-        if inside and (not held_x or (np.median(np.abs(executor_errors(held_x, fitted)))
-                                      <= np.median(np.abs(executor_errors(held_x, probe))))):
+        if inside and (not held_x or (np.median(np.abs(grid_errors(held_x, fitted)))
+                                      <= np.median(np.abs(grid_errors(held_x, probe))))):
             executor = msgspec.structs.replace(executor, convert=fitted, convert_ci=(0.0, 0.0), convert_fitted=True)
     return msgspec.structs.replace(cal, executor=executor, executor_observations=tuple(executor_observations),
                                    convert_probe=probe)
+
+
+def with_pipeline(cal: Calibration, observations: Sequence[PipelineObservation]) -> Calibration:
+    """``cal`` with the throughput objective's ``handoff`` fitted on the served placements that are
+    not held out (:func:`fit_grid`); kept when it lies below the grid's upper end and predicts the
+    held-out ones no worse than no hand-off at all."""
+    got = fit_grid([o for o in observations if not o.heldout])
+    keep = None
+    if got is not None and got < HANDOFF_GRID[-1]:
+        held = [o for o in observations if o.heldout]
+        if not held or np.median(np.abs(grid_errors(held, got))) <= np.median(np.abs(grid_errors(held, 0.0))):
+            keep = got
+    return msgspec.structs.replace(cal, handoff=keep, pipeline_observations=tuple(observations))
+
+
+def pipeline_report(cal: Calibration) -> list[str]:
+    """Lines for ``hdp calibrate``: the served placements' fit and the errors without and with it."""
+    po = cal.pipeline_observations
+    if not po:
+        return []
+    got = fit_grid([o for o in po if not o.heldout])
+    if got is None:
+        return ["served pipelines: no placement measured with an interval: hand-off not fitted"]
+    if cal.handoff is not None:
+        used = "used by --objective throughput"
+    elif got >= HANDOFF_GRID[-1]:
+        used = "not used: the fit is at the end of its range (hand-offs alone do not explain the rates)"
+    else:
+        used = "not used: it predicts the held-out placements worse than none"
+    lines = [f"served pipelines ({po[0].requests} requests in flight): hand-off per HETERO subgraph "
+             f"{got * 1e6:.0f} µs, fitted on {sum(not o.heldout for o in po)} placements; {used}",
+             "throughput simulator error (predicted / measured period ratio to the plain first device - 1), "
+             "no hand-off -> fitted:"]
+    for name in dict.fromkeys(o.model for o in po):
+        for label, sel in (("held out", True), ("fitted", False)):
+            part = [o for o in po if o.model == name and o.heldout == sel]
+            if not part:
+                continue
+            b, a = grid_errors(part, 0.0), grid_errors(part, got)
+            lines.append(f"  {name} ({label}, {len(part)} placements, {min(o.subgraphs for o in part)}-"
+                         f"{max(o.subgraphs for o in part)} subgraphs): median |error| "
+                         f"{np.median(np.abs(b)) * 100:.1f} % -> {np.median(np.abs(a)) * 100:.1f} %, worst "
+                         f"{b[np.argmax(np.abs(b))] * 100:+.1f} % -> {a[np.argmax(np.abs(a))] * 100:+.1f} %")
+    return lines
 
 
 #: The range of a plausible device correction δ: a fit outside it explains the measurements by
@@ -590,9 +675,9 @@ def report(cal: Calibration) -> list[str]:
                 part = [o for o in xo if o.model == name and o.heldout == sel]
                 if not part:
                     continue
-                b, a = executor_errors(part, c0), executor_errors(part, c)
+                b, a = grid_errors(part, c0), grid_errors(part, c)
                 lines.append(f"  {name} ({label}, {len(part)} placements, {min(o.subgraphs for o in part)}-"
                              f"{max(o.subgraphs for o in part)} sub-models): median |error| "
                              f"{np.median(np.abs(b)) * 100:.1f} % -> {np.median(np.abs(a)) * 100:.1f} %, worst "
                              f"{b[np.argmax(np.abs(b))] * 100:+.1f} % -> {a[np.argmax(np.abs(a))] * 100:+.1f} %")
-    return lines
+    return lines + pipeline_report(cal)
