@@ -433,7 +433,8 @@ def test_fit_convert_recovers_the_conversion_cost_and_build_keeps_the_probe():
 @pytest.mark.slow
 def test_hdp_calibrate_measures_placements_run_by_the_executor(tmp_path):
     """`hdp calibrate` on the two-core bed: besides HETERO's placements, some run by the concurrent
-    executor (fitted and held out), whose conversion cost is refitted and stored with the probe's."""
+    executor (fitted and held out), whose conversion cost is refitted and stored with the probe's,
+    and some served with requests in flight, for the throughput objective's hand-off."""
     import openvino as ov
     from click.testing import CliRunner
 
@@ -451,6 +452,12 @@ def test_hdp_calibrate_measures_placements_run_by_the_executor(tmp_path):
     assert all(o.ratio > 0 and len(o.predicted) == len(C.CONVERT_GRID) and o.subgraphs >= 2 for o in xo)
     assert cal.convert_probe is not None and cal.executor.convert >= 0
     assert "conversion cost refitted on" in r.output and "executor blocks:" in r.output
+    # and placements served with two requests in flight beside the plain first device (the hand-off)
+    po = cal.pipeline_observations
+    assert po and any(o.heldout for o in po) and any(not o.heldout for o in po)
+    assert all(o.ratio > 0 and o.requests == 2 and o.hetero_subgraphs >= 2 for o in po)
+    assert all(o.predicted[-1] > o.predicted[0] for o in po)
+    assert "served pipelines (2 requests in flight)" in r.output and "served pipeline:CPU>CPU_B" in r.output
 
 
 def test_a_conversion_refit_at_an_end_of_its_range_keeps_the_probe():
@@ -468,3 +475,66 @@ def test_a_conversion_refit_at_an_end_of_its_range_keeps_the_probe():
     cal = C.build(load_target("virtual"), b, executor=probe, executor_observations=obs)
     assert cal.executor.convert == 1.3e-10 and not cal.executor.convert_fitted
     assert "conversions alone do not explain the runs" in "\n".join(C.report(cal))
+
+
+# --------------------------------------------------------------------------- served pipelines
+
+
+def _pipeline_obs(rng, truth: float, n: int, heldout: bool = False, noise: float = 0.01):
+    """Pipeline observations whose simulated period ratio grows with the hand-off (per placement, a
+    base ratio and a number of subgraphs over a 35 ms reference); measured at ``truth``."""
+    out = []
+    for i in range(n):
+        base, nsub = rng.uniform(0.5, 0.7), int(rng.integers(2, 10))
+        pred = tuple(base + nsub * h / 0.035 for h in C.HANDOFF_GRID)
+        r = (base + nsub * truth / 0.035) * float(np.exp(rng.normal(0, noise)))
+        out.append(C.PipelineObservation(model="m", costs="x", name=f"p{i}", heldout=heldout, requests=2, ratio=r,
+                                         low=r * 0.98, high=r * 1.02, rounds=12, subgraphs=nsub, hetero_subgraphs=nsub,
+                                         grid=C.HANDOFF_GRID, predicted=pred))
+    return out
+
+
+def test_the_served_hand_off_is_fitted_on_the_fitted_placements_and_kept_when_it_helps():
+    rng = np.random.default_rng(11)
+    truth = 4e-4
+    fit = _pipeline_obs(rng, truth, 6)
+    held = _pipeline_obs(rng, truth, 3, heldout=True)
+    cal = C.with_pipeline(_calibration(), fit + held)
+    assert cal.handoff == pytest.approx(truth, rel=0.05)
+    text = "\n".join(C.report(cal))
+    assert "fitted on 6 placements; used by --objective throughput" in text and "m (held out, 3 placements" in text
+    back = msgspec.json.decode(msgspec.json.encode(cal), type=C.Calibration)
+    assert back.handoff == cal.handoff and back.pipeline_observations[0].at(truth) == pytest.approx(fit[0].at(truth))
+    # held-out placements it predicts worse than no hand-off: not used
+    wrong = [msgspec.structs.replace(o, ratio=o.predicted[0], low=o.predicted[0] * 0.98,
+                                     high=o.predicted[0] * 1.02) for o in held]
+    assert C.with_pipeline(_calibration(), fit + wrong).handoff is None
+    # rates the hand-off cannot explain (slower than any grid value): at the end of its range, not used
+    slow = [msgspec.structs.replace(o, ratio=o.predicted[-1] * 2, low=o.predicted[-1] * 1.9,
+                                    high=o.predicted[-1] * 2.1) for o in fit]
+    cal = C.with_pipeline(_calibration(), slow)
+    assert cal.handoff is None and "at the end of its range" in "\n".join(C.report(cal))
+    assert C.with_pipeline(_calibration(), ()).handoff is None
+
+
+def test_compile_for_throughput_uses_the_stored_hand_off(branchy_xml, tmp_path):
+    """hdp compile --objective throughput on a calibrated target places with the calibration's
+    hand-off and records it with the placement; the latency objective does not take it."""
+    from click.testing import CliRunner
+
+    from hdp.cli import main
+    from hdp.ir.serde import load
+    from hdp.runtime.host import host_fingerprint
+
+    virtual = load_target("virtual")
+    cache = tmp_path / "cache"
+    cal = msgspec.structs.replace(_calibration(host=host_fingerprint()), handoff=3e-4)
+    C.CalibrationStore(cache).put(cal, virtual)
+    out, ir = tmp_path / "p.xml", tmp_path / "m.hdp"
+    for objective, want in (("throughput", "0.0003"), ("latency", None)):
+        r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual", "--method",
+                                      "optimal", "--objective", objective, "--no-compare", "--emit-ir", str(ir),
+                                      "--cache-dir", str(cache)])
+        assert r.exit_code == 0, r.output
+        assert load(ir).partition.info.get("handoff") == want
+        assert ("300 us per served subgraph" in r.output) == (want is not None), r.output

@@ -605,3 +605,56 @@ def test_calibrate_takes_devices_instead_of_the_default_target(tmp_path):
     r = CliRunner().invoke(main, ["calibrate", str(tmp_path / "missing.xml"), "--devices", "CPU"])
     assert r.exit_code == 2 and "not both" not in r.output and "Traceback" not in r.output
     assert "one device: there is no boundary to calibrate" in r.output or "missing.xml" in r.output
+
+
+def test_a_served_subgraph_pays_the_hand_off_on_its_device_and_in_the_request():
+    """``Throughput.handoff`` (hdp calibrate's, per served HETERO subgraph) is added to each subgraph's
+    overhead in its device's load and in the latency bound; one request's latency is unchanged."""
+    base = problem(two_op_module())
+    h = 0.25
+    plain, served = (Simulator(base.with_objective(Throughput(requests=2, handoff=x))) for x in (0.0, h))
+    for gd, per_dev in (([0, 1], [1, 1]), ([1, 0], [1, 1]), ([0, 0], [1, 0])):  # subgraphs per device
+        nsub = sum(per_dev)
+        assert served.terms(np.array(gd))[2] == nsub
+        assert served.loads(gd).tolist() == pytest.approx((plain.loads(gd) + h * np.array(per_dev)).tolist())
+        assert served.latency(gd) == pytest.approx(plain.latency(gd))
+        assert served.served_latency(gd) == pytest.approx(plain.latency(gd) + h * nsub)
+        assert served.cost(gd) == pytest.approx(max(served.served_latency(gd) / 2, served.loads(gd).max()))
+        assert served.report(np.array(gd))["period"] == pytest.approx(served.cost(gd))
+    assert served.costs(np.array([[0, 1], [0, 0]])).tolist() == pytest.approx([served.cost([0, 1]), served.cost([0, 0])])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_optimal_under_a_hand_off_buys_fewer_subgraphs_within_one_hand_off_of_brute_force(seed):
+    """The MILP charges a served subgraph's overhead per copy a device receives and once per device
+    used (a chain's device that starts no segment is charged one too many): ``optimal`` under a
+    hand-off is within one hand-off of brute force over the simulator's period, and a large hand-off
+    buys fewer subgraphs than none."""
+    rng = np.random.default_rng(200 + seed)
+    n = 8
+    types = ["Parameter"] + ["X"] * n + ["Result"]
+    edges = [(i, i + 1) for i in range(n + 1)]
+    t = [[0, 0]] + rng.uniform(0.5, 2.0, size=(n, 2)).tolist() + [[0, 0]]
+    m = make_module(types, edges, t, edge_bytes=[int(b) for b in rng.integers(1, 50, n + 1)], lat=0.01, bw=1e3,
+                    ovh=0.0)
+    p0 = problem(m)
+    subgraphs = []
+    for h in (0.0, 0.05, 3.0):
+        p = p0.with_objective(Throughput(requests=2, handoff=h))
+        sim = Simulator(p)
+        got = place(Optimal(margin=0.0, mip_gap=1e-9), ctx_of(p, m)).group_device
+        assert sim.cost(got) <= brute(p, sim) + h + 1e-9
+        subgraphs.append(sim.terms(got)[2])
+    assert subgraphs[2] <= min(subgraphs[0], 2)
+
+
+def test_the_partition_pass_takes_a_hand_off_only_for_throughput():
+    from hdp.passes.partition import PartitionPass
+
+    goal = PartitionPass.goal_fields({"objective": "throughput", "requests": "4", "handoff": "2e-4"})
+    assert goal["objective"] == Throughput(requests=4, handoff=2e-4)
+    for bad, msg in (({"objective": "latency", "handoff": "1e-4"}, "only with objective throughput"),
+                     ({"objective": "throughput", "handoff": "soon"}, "handoff must be a number"),
+                     ({"objective": "throughput", "handoff": "-1"}, "between 0 and 10")):
+        with pytest.raises(InputError, match=msg):
+            PartitionPass.goal_fields(bad)
