@@ -4,11 +4,17 @@ For each model and N: ``hdp compile --objective throughput --requests N`` on the
 ``virtual-2x1``), then ``hdp evaluate --objective throughput --requests N --plain CPU``: the
 placement with N inferences in flight and the plain CPU compile with its own streams (every core),
 their windows alternating in one worker, each as the Hodges-Lehmann estimate of windowed rates with
-its 95 % interval, beside the rate the simulator predicted when placing, and the paired ratio of
+its 95 % interval (each window timed in steady state, between completions with N in flight), beside the rate the simulator predicted when placing, and the paired ratio of
 the two (window beside window) with its verdict. Run under ``flock /work/measure.lock``; the load average is
 printed with the table.
 
     python bench/throughput_check.py [--models resnet50,inception_v3,mobilenet_v2-tiny] [--requests 2,4]
+
+After ``hdp calibrate`` on the target, ``hdp compile --objective throughput`` charges the fitted
+hand-off per served subgraph (the table's ``simulated`` column includes it). The last two columns:
+the simulated placed/plain ratio (the plain compile priced as min(N, cores) streams of the target's
+one-thread CPU alone) and the paired measured ratio's error against it, which divides out the
+host's drift between the calibration and the run.
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ def main() -> None:
     print(f"target {a.target}, method {a.method} --objective throughput; load average {load:.1f} on "
           f"{os.cpu_count()} cores; rates in inferences/s, 95 % CI in brackets")
     print(f"{'model':<20} {'N':>2} {'placement':<18} {'subm.':>5} {'CPU devices':<14} {'simulated':>10} "
-          f"{'measured':>26} {'meas/sim [95 % CI]':>22} {'plain CPU (streams)':>28} {'placed/plain, paired [95 % CI]':>32}")
+          f"{'measured':>26} {'meas/sim [95 % CI]':>22} {'plain CPU (streams)':>28} {'placed/plain, paired [95 % CI]':>32} "
+          f"{'simulated':>9} {'drift out':>9}")
     for spec, n, res in rows:
         p, q, sim = res["placed"], res["plain"], res["simulated_per_second"]
         pe, pl, ph = p["estimate"]
@@ -80,9 +87,12 @@ def main() -> None:
             paired = f"{1 / v['ratio']:.3f} [{1 / v['high']:.3f}, {1 / v['low']:.3f}] {v['verdict']}"
         elif v:
             paired = f"{1 / v['ratio']:.3f} (unresolved)"
+        ps = res.get("simulated_plain_per_second")
+        want = sim / ps if sim and ps else float("nan")
+        drift = (1 / v["ratio"]) / want - 1 if v and v["ratio"] > 0 and want == want else float("nan")
         print(f"{spec:<20} {n:>2} {p['what']:<18} {p.get('submodels', 0):>5} {p.get('pinning', ''):<14} "
               f"{sim or float('nan'):>10.1f} {pe:>9.1f} [{pl:>6.1f}, {ph:>6.1f}] {ratio:>22} "
-              f"{qe:>11.1f} [{ql:>6.1f}, {qh:>6.1f}] {paired:>32}")
+              f"{qe:>11.1f} [{ql:>6.1f}, {qh:>6.1f}] {paired:>32} {want:>9.3f} {drift:>+9.1%}")
 
 
 if __name__ == "__main__":

@@ -298,6 +298,22 @@ def plain_streams_config(device, requests: int) -> dict[str, str]:
             "ENABLE_CPU_RESERVATION": "NO", "ENABLE_CPU_PINNING": "NO"}
 
 
+def simulated_plain_rate(device, singles: str | None, requests: int) -> float | None:
+    """The rate the simulator gives ``device``'s plain compile with its own streams
+    (:func:`plain_streams_config`): ``min(requests, cores)`` streams, each as fast as the target's
+    device alone (``singles``: each device's simulated latency, recorded when placed). Only for a
+    CPU-plugin device the target caps at one thread, whose plain streams are such threads (on
+    virtual-2x1 two streams served 1.95-1.98x one one-thread device); None otherwise."""
+    if not (singles and device.plugin_name.startswith("CPU")
+            and str(device.config.get("INFERENCE_NUM_THREADS", "")) == "1"):
+        return None
+    seconds = dict(item.split("=", 1) for item in singles.split(",") if "=" in item).get(device.name)
+    try:
+        return min(requests, os.cpu_count() or 1) / float(seconds) if seconds and float(seconds) > 0 else None
+    except ValueError:
+        return None
+
+
 def placed_memory(path) -> tuple[str, list[dict]] | None:
     """:func:`hdp.show.placed_memory` with JSON's null for an unlimited capacity."""
     from hdp.show import placed_memory as read
@@ -317,7 +333,7 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
 
     dev, devs, tgt = placed_device_of(placed, tgt)
     model = read_placed(placed).model
-    sim = {k: model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated")}
+    sim = {k: model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated", "singles")}
     batches = max(runs, 6)
     with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
         if plain:  # side by side, window for window: the host's drift cancels in their ratio
@@ -339,10 +355,13 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
         simulated = 1.0 / float(sim["period"])
     elif sim["simulated"] and requests == 1:
         simulated = 1.0 / float(sim["simulated"])
+    plain_sim = simulated_plain_rate(tgt.device(plain), sim["singles"], requests) if plain and simulated else None
     memory = placed_memory(placed)
     if as_json:
         out = {k: {**msgspec.to_builtins(v), "estimate": v.estimate()} for k, v in res.items()}
         out["simulated_per_second"] = simulated
+        if plain_sim is not None:
+            out["simulated_plain_per_second"] = plain_sim
         if versus is not None:
             out["placed_vs_plain"] = versus.to_dict()
         if memory is not None:
@@ -360,6 +379,12 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
             est, lo, hi = res["placed"].estimate()
             click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f} "
                        f"(95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
+            if plain_sim is not None and versus is not None and versus.low > 0:
+                want = simulated / plain_sim
+                click.echo(f"simulated placed/plain {plain}: {want:.3f} (plain as {min(requests, os.cpu_count() or 1)} "
+                           f"streams of {plain} alone); measured {1 / versus.ratio:.3f} (95 % CI {1 / versus.high:.3f}-"
+                           f"{1 / versus.low:.3f}): the simulator's error with the host's drift divided out "
+                           f"{(1 / versus.ratio) / want - 1:+.1%}")
         elif sim["period"]:
             click.echo(f"(placed for {sim['requests']} requests in flight: no simulated figure for {requests})")
     failed = [v for v in res.values() if not v.ok]

@@ -342,3 +342,65 @@ def assert_one_interval_per_pair(lines: list[str]) -> None:
         said.append(frozenset((m.group(1), m.group(2))))
     assert len(said) == len(set(said)), f"a pair compared twice: {said}"
     assert not any("equal within noise" in x for x in lines)
+
+
+# --- throughput on a real target: served, not simulated ------------------------------------------
+
+
+class _FakeServer:
+    """Serves a placement at a rate set by its cut (the group where the device first changes):
+    the best measured cut is ``best``; the plain device always serves 100/s."""
+
+    def __init__(self, p, best: int, noise: float = 0.5):
+        self.p, self.best, self.noise, self.calls = p, best, noise, []
+        self.rng = np.random.default_rng(0)
+
+    def serve_beside(self, device_of, devices, plain_on, plain_config, *, requests, batches):
+        from hdp.runtime.measurement import Served
+
+        gd = self.p.structure.group_devices(device_of)
+        change = np.nonzero(gd[1:] != gd[:-1])[0]
+        cut = int(change[0]) + 1 if change.size == 1 else -100
+        self.calls.append((cut, plain_on, requests))
+        rate = 190.0 - 10.0 * abs(cut - self.best)
+        jitter = self.rng.normal(0, self.noise, (2, batches))
+        return (Served(what="placed", target="r2", requests=requests, per_batch=8, rates=tuple(rate + jitter[0])),
+                Served(what="plain", target="r2", requests=requests, per_batch=8, rates=tuple(100.0 + jitter[1])))
+
+    def close(self):
+        pass
+
+
+def test_auto_for_throughput_on_a_real_target_serves_the_cuts_next_to_the_best_pipeline(monkeypatch):
+    """On a real target auto serves the simulated best and the cuts beside the best two-stage
+    pipeline's, each beside the plain first device with the objective's requests in flight, and
+    keeps one measured faster than the simulated best beyond noise; within noise, the simulated
+    best."""
+    from hdp.placement.objective import Throughput
+    from placement_helpers import make_module
+
+    types = ["Parameter"] + ["MatMul"] * 10 + ["Result"]
+    edges = [(i, i + 1) for i in range(11)]
+    t = np.array([[0, 0]] + [[1, 1]] * 10 + [[0, 0]], float) * 1e-3
+    m = make_module(types, edges, t, lat=1e-6, bw=1e12, ovh=1e-5)
+    p = build_problem(m, ("D0", "D1")).with_objective(Throughput(requests=3))
+    sim = Simulator(p)
+    pipe = auto_mod.pipeline_candidates(p, sim)[0][1]
+    sim_cut = int(np.nonzero(pipe[1:] != pipe[:-1])[0][0]) + 1
+    fake = _FakeServer(p, best=sim_cut + 1)
+    monkeypatch.setattr(auto_mod, "_measurer", lambda *a, **k: fake)
+    real = Target(name="r2", devices=[Device(name="D0"), Device(name="D1")])
+    got = place(Auto(budget=0, learn="no"), PlaceContext(module=m, problem=p, target=real))
+    cuts = [c for c, _, _ in fake.calls]
+    assert {sim_cut - 1, sim_cut + 1} <= set(cuts) and all(plain == "D0" and n == 3 for _, plain, n in fake.calls)
+    gd = np.asarray(got.group_device)
+    assert int(np.nonzero(gd[1:] != gd[:-1])[0][0]) + 1 == sim_cut + 1  # the measured best, not the simulated
+    assert got.info["stages"] == "candidates,served" and "served with 3 requests in flight" in got.info["report"]
+    assert float(got.info["served_ratio"]) == pytest.approx(100 / 190, rel=0.01)
+    # windows too noisy to tell a 5 % difference: the simulated best stays
+    fake = _FakeServer(p, best=sim_cut + 1, noise=30.0)
+    monkeypatch.setattr(auto_mod, "_measurer", lambda *a, **k: fake)
+    got = place(Auto(budget=0, learn="no"), PlaceContext(module=m, problem=p, target=real))
+    assert len(fake.calls) > 2 and "no other candidate served faster beyond noise" in got.info["report"]
+    assert got.info["chosen"] == auto_mod._simulated_best(auto_mod.candidates(Auto(), PlaceContext(
+        module=m, problem=p, target=real), None)).name

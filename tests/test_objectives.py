@@ -4,6 +4,7 @@ figures, ``optimal`` against brute force under caps and for throughput, and the 
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -310,6 +311,15 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
     v = res["placed_vs_plain"]
     assert v["rounds"] == 6 and v["verdict"] in ("faster", "slower", "equal") and v["low"] <= v["ratio"] <= v["high"]
     assert res["placed"]["pinning"] == "unpinned"
+    # the plain compile priced too: two streams of the one-thread CPU, from the singles recorded when placed
+    from hdp.runtime.placed import model_info, read_placed
+
+    singles = dict(x.split("=") for x in model_info(read_placed(out).model, "sim_singles").split(","))
+    assert set(singles) == {"CPU", "CPU_B"}
+    assert res["simulated_plain_per_second"] == pytest.approx(min(2, os.cpu_count()) / float(singles["CPU"]))
+    r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "2", "--runs", "3",
+                                  "--plain", "CPU"])
+    assert r.exit_code == 0 and "the simulator's error with the host's drift divided out" in r.output, r.output
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "0"])
     assert r.exit_code == 2 and "--requests 0" in r.output
 

@@ -53,7 +53,7 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
         model.set_rt_info(module.meta["specialisation"], ["hdp", "specialisation"])
     if target is not None:
         model.set_rt_info(json.dumps(msgspec.to_builtins(target), sort_keys=True), ["hdp", "target"])
-    for key in ("simulated", "period", "requests", "goal"):  # what hdp evaluate sets its measurement beside
+    for key in ("simulated", "period", "requests", "goal", "singles"):  # what hdp evaluate sets its measurement beside
         if key in pl.info:
             model.set_rt_info(str(pl.info[key]), ["hdp", f"sim_{key}"])
     if "memory_caps" in pl.info:  # --memory overrides (DEV=BYTES,...): the caps it was placed under

@@ -35,7 +35,7 @@ class PartitionPass(Pass, tag="partition"):
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 8  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule; each device's memory model (overhead, weight copies); the executor's conversions; throughput: two-stage pipeline candidates
+    version = 9  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule; each device's memory model (overhead, weight copies); the executor's conversions; throughput: two-stage pipeline candidates; the served hand-off, each single device's latency recorded
 
     def needs(self) -> tuple[str, ...]:
         """``graph`` and ``support``, and the stages the method needs on this target."""
@@ -176,6 +176,10 @@ class PartitionPass(Pass, tag="partition"):
             goal["requests"] = str(self.objective.requests)
             if self.objective.handoff:
                 goal["handoff"] = str(self.objective.handoff)
+            from hdp.placement.simulate import Simulator
+
+            # each single device's simulated latency: hdp evaluate prices a plain compile beside it
+            goal["singles"] = ",".join(f"{devices[j]}={t:.6g}" for j, t in Simulator(problem).singles().items())
         if isinstance(self.objective, Concurrent):
             ob = self.objective
             goal.update(execution="concurrent", **{k: str(getattr(ob, k)) for k in EXECUTOR_COSTS})
