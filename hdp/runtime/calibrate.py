@@ -586,14 +586,21 @@ def pipeline_report(cal: Calibration) -> list[str]:
              f"{got * 1e6:.0f} µs, fitted on {sum(not o.heldout for o in po)} placements; {used}",
              "throughput simulator error (predicted / measured period ratio to the plain first device - 1), "
              "no hand-off -> fitted:"]
-    for name in dict.fromkeys(o.model for o in po):
+    return lines + _grid_error_lines(po, 0.0, got, "subgraphs")
+
+
+def _grid_error_lines(obs, before: float, after: float, parts: str) -> list[str]:
+    """Per model, held-out then fitted: the median and worst error of ``obs`` (executor or pipeline
+    observations) at ``before`` and at ``after``; ``parts`` names what ``subgraphs`` counts."""
+    lines = []
+    for name in dict.fromkeys(o.model for o in obs):
         for label, sel in (("held out", True), ("fitted", False)):
-            part = [o for o in po if o.model == name and o.heldout == sel]
+            part = [o for o in obs if o.model == name and o.heldout == sel]
             if not part:
                 continue
-            b, a = grid_errors(part, 0.0), grid_errors(part, got)
+            b, a = grid_errors(part, before), grid_errors(part, after)
             lines.append(f"  {name} ({label}, {len(part)} placements, {min(o.subgraphs for o in part)}-"
-                         f"{max(o.subgraphs for o in part)} subgraphs): median |error| "
+                         f"{max(o.subgraphs for o in part)} {parts}): median |error| "
                          f"{np.median(np.abs(b)) * 100:.1f} % -> {np.median(np.abs(a)) * 100:.1f} %, worst "
                          f"{b[np.argmax(np.abs(b))] * 100:+.1f} % -> {a[np.argmax(np.abs(a))] * 100:+.1f} %")
     return lines
@@ -670,14 +677,5 @@ def report(cal: Calibration) -> list[str]:
         lines.append(f"  conversion cost refitted on {sum(not o.heldout for o in xo)} placements the executor ran: "
                      f"{c * 1e9:.3g} ms per MB (the probe measured {c0 * 1e9:.3g}); {used}")
         lines.append("executor's simulator error (predicted / measured ratio to the reference - 1), probe -> fitted:")
-        for name in dict.fromkeys(o.model for o in xo):
-            for label, sel in (("held out", True), ("fitted", False)):
-                part = [o for o in xo if o.model == name and o.heldout == sel]
-                if not part:
-                    continue
-                b, a = grid_errors(part, c0), grid_errors(part, c)
-                lines.append(f"  {name} ({label}, {len(part)} placements, {min(o.subgraphs for o in part)}-"
-                             f"{max(o.subgraphs for o in part)} sub-models): median |error| "
-                             f"{np.median(np.abs(b)) * 100:.1f} % -> {np.median(np.abs(a)) * 100:.1f} %, worst "
-                             f"{b[np.argmax(np.abs(b))] * 100:+.1f} % -> {a[np.argmax(np.abs(a))] * 100:+.1f} %")
+        lines += _grid_error_lines(xo, c0, c, "sub-models")
     return lines + pipeline_report(cal)
