@@ -70,12 +70,11 @@ import numpy as np
 
 from hdp.errors import InputError
 from hdp.runtime.concurrent import ExecutorCosts
+from hdp.runtime.grid_fit import (CONVERT_GRID, HANDOFF_GRID, ExecutorObservation, PipelineObservation,
+                                  fit_convert, fit_grid, grid_error_lines, grid_errors, standard_error)
 
 #: Bump when the meaning of a stored calibration changes.
 CALIBRATION_VERSION = 1
-#: A measurement's standard error is never taken below this (log units): a very tight interval
-#: from a quiet spell must not dominate the fit.
-MIN_SE = 0.01
 #: Huber threshold, in standard errors.
 HUBER = 2.0
 
@@ -139,101 +138,6 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ref_median: float
     load: float  # 1-minute load average when measured
     placement: tuple[int, ...] = ()  # the device of every tie group (for analysis)
-
-
-class ExecutorObservation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One placement run by hdp's concurrent executor, measured head to head with the reference
-    (every op on the first device, under HETERO): the measured ratio, and the simulator's ratio
-    (:meth:`~hdp.placement.simulate.Simulator.latency_concurrent` over the reference's latency,
-    with the executor's probed launch, hand-over and request costs) at each ``convert`` of ``grid``
-    (seconds per byte), so that the fit needs no model."""
-
-    model: str
-    costs: str
-    name: str
-    heldout: bool
-    ratio: float
-    low: float
-    high: float
-    rounds: int
-    subgraphs: int  # the executor's sub-models
-    grid: tuple[float, ...]
-    predicted: tuple[float, ...]
-
-    def at(self, convert: float) -> float:
-        """The simulator's ratio at ``convert`` (linear between grid points, clamped at its ends)."""
-        return float(np.interp(convert, self.grid, self.predicted))
-
-
-#: The ``convert`` values (seconds per byte) at which each executor observation is simulated:
-#: 0 to 2 ms per MB (the probe reads 0.1-0.2 here; HETERO's fitted copy cost is 0.3 per MB for both sides).
-CONVERT_GRID = tuple(float(x) for x in np.linspace(0.0, 2e-9, 41))
-
-
-def fit_grid(obs) -> float | None:
-    """The value on the observations' grid that best explains their measured ratios (each has
-    ``ratio``, ``low``, ``high``, ``grid`` and ``at``): least squares on log ratios, each divided by
-    its standard error (as the boundary fit), over the grid's range; None without observations."""
-    from scipy.optimize import minimize_scalar
-
-    use = [o for o in obs if o.ratio > 0 and o.grid and math.isfinite(_se(o))]
-    if not use:
-        return None
-    se = np.array([_se(o) for o in use])
-    meas = np.log([o.ratio for o in use])
-
-    def loss(c: float) -> float:
-        pred = np.log(np.maximum([o.at(c) for o in use], 1e-12))
-        return float((((pred - meas) / se) ** 2).sum())
-
-    lo, hi = min(o.grid[0] for o in use), max(o.grid[-1] for o in use)
-    grid = np.linspace(lo, hi, 81)  # the loss is piecewise smooth: start from the best grid point
-    best = float(grid[int(np.argmin([loss(c) for c in grid]))])
-    step = (hi - lo) / 80
-    r = minimize_scalar(loss, bounds=(max(lo, best - step), min(hi, best + step)), method="bounded")
-    return float(r.x) if r.success and loss(r.x) <= loss(best) else best
-
-
-def fit_convert(obs: Sequence[ExecutorObservation]) -> float | None:
-    """The executor's ``convert`` (seconds per byte) that best explains its measured ratios
-    (:func:`fit_grid`)."""
-    return fit_grid(obs)
-
-
-def grid_errors(obs, value: float) -> np.ndarray:
-    """``predicted / measured - 1`` of each observation (executor or pipeline) at ``value``."""
-    return np.array([o.at(value) / o.ratio - 1 for o in obs if o.ratio > 0])
-
-
-class PipelineObservation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One placement served under HETERO with ``requests`` in flight, window beside window with the
-    plain compile of the target's first device (:meth:`hdp.runtime.measure.Measurer.serve_beside`):
-    ``ratio`` is the placement's seconds per request over the plain device's (Hodges-Lehmann over the
-    paired windows, 95 % interval ``low``-``high``), ``predicted`` the simulator's period over the
-    plain device's simulated compute at each ``handoff`` of ``grid`` (seconds per subgraph)."""
-
-    model: str
-    costs: str
-    name: str
-    heldout: bool
-    requests: int
-    ratio: float
-    low: float
-    high: float
-    rounds: int
-    subgraphs: int  # the simulator's
-    hetero_subgraphs: int  # HETERO_NUMBER_OF_SUBMODELS of the served compile
-    grid: tuple[float, ...]
-    predicted: tuple[float, ...]
-
-    def at(self, handoff: float) -> float:
-        """The simulator's ratio at ``handoff`` (linear between grid points, clamped at its ends)."""
-        return float(np.interp(handoff, self.grid, self.predicted))
-
-
-#: The ``handoff`` values (seconds per served subgraph) each pipeline observation is simulated at:
-#: 0 to 1 ms in 25 µs steps.
-HANDOFF_GRID = tuple(float(x) for x in np.linspace(0.0, 1e-3, 41))
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -372,12 +276,6 @@ def uncalibrated(link: tuple[float, float, float]) -> BoundaryModel:
 # --------------------------------------------------------------------------- fitting
 
 
-def _se(o) -> float:
-    if not (o.low > 0 and math.isfinite(o.high) and o.high > 0):
-        return math.inf
-    return max((math.log(o.high) - math.log(o.low)) / (2 * 1.96), MIN_SE)
-
-
 def fit(observations: Sequence[Observation], n_devices: int, start: BoundaryModel) -> tuple[BoundaryModel, tuple[ModelScale, ...]]:
     """Fit ``s, l, β`` (shared) and ``α, δ, λ`` (per cost table) to the observations that are not
     held out and have a finite interval. Huber loss on ``(log predicted - log measured) / se``;
@@ -387,7 +285,7 @@ def fit(observations: Sequence[Observation], n_devices: int, start: BoundaryMode
     device contrast keeps λ = 1."""
     from scipy.optimize import least_squares
 
-    obs = [o for o in observations if not o.heldout and math.isfinite(_se(o)) and o.ratio > 0]
+    obs = [o for o in observations if not o.heldout and math.isfinite(standard_error(o)) and o.ratio > 0]
     if not obs:
         raise InputError("nothing to fit: no measured placement with a finite interval")
     tables = list(dict.fromkeys(o.costs for o in obs))
@@ -395,7 +293,7 @@ def fit(observations: Sequence[Observation], n_devices: int, start: BoundaryMode
     nt, nd = len(tables), n_devices
     (c, m, b), (rc, rm, rb) = _arrays(obs, nd)
     y = np.log([o.ratio for o in obs])
-    se = np.array([_se(o) for o in obs])
+    se = np.array([standard_error(o) for o in obs])
     ti = np.array([tix[o.costs] for o in obs])
     # what the data identifies: α of a table (relative to the others) through its mixed placements,
     # which carry the boundary terms; δ of a device through a placement whose compute there differs
@@ -586,24 +484,7 @@ def pipeline_report(cal: Calibration) -> list[str]:
              f"{got * 1e6:.0f} µs, fitted on {sum(not o.heldout for o in po)} placements; {used}",
              "throughput simulator error (predicted / measured period ratio to the plain first device - 1), "
              "no hand-off -> fitted:"]
-    return lines + _grid_error_lines(po, 0.0, got, "subgraphs")
-
-
-def _grid_error_lines(obs, before: float, after: float, parts: str) -> list[str]:
-    """Per model, held-out then fitted: the median and worst error of ``obs`` (executor or pipeline
-    observations) at ``before`` and at ``after``; ``parts`` names what ``subgraphs`` counts."""
-    lines = []
-    for name in dict.fromkeys(o.model for o in obs):
-        for label, sel in (("held out", True), ("fitted", False)):
-            part = [o for o in obs if o.model == name and o.heldout == sel]
-            if not part:
-                continue
-            b, a = grid_errors(part, before), grid_errors(part, after)
-            lines.append(f"  {name} ({label}, {len(part)} placements, {min(o.subgraphs for o in part)}-"
-                         f"{max(o.subgraphs for o in part)} {parts}): median |error| "
-                         f"{np.median(np.abs(b)) * 100:.1f} % -> {np.median(np.abs(a)) * 100:.1f} %, worst "
-                         f"{b[np.argmax(np.abs(b))] * 100:+.1f} % -> {a[np.argmax(np.abs(a))] * 100:+.1f} %")
-    return lines
+    return lines + grid_error_lines(po, 0.0, got, "subgraphs")
 
 
 #: The range of a plausible device correction δ: a fit outside it explains the measurements by
@@ -677,5 +558,5 @@ def report(cal: Calibration) -> list[str]:
         lines.append(f"  conversion cost refitted on {sum(not o.heldout for o in xo)} placements the executor ran: "
                      f"{c * 1e9:.3g} ms per MB (the probe measured {c0 * 1e9:.3g}); {used}")
         lines.append("executor's simulator error (predicted / measured ratio to the reference - 1), probe -> fitted:")
-        lines += _grid_error_lines(xo, c0, c, "sub-models")
+        lines += grid_error_lines(xo, c0, c, "sub-models")
     return lines + pipeline_report(cal)
