@@ -118,7 +118,8 @@ def compile_cmd(model, output, target, devices, passes, method, input_shape, seq
     if execution != "sequential":
         flags["execution"], labels["execution"] = execution, "--execution"
     for k, (v, label) in _calibrated_costs(tgt, objective, execution, pass_cache(cache_dir, no_cache)).items():
-        flags[k], labels[k] = v, label
+        if k not in opts:  # a value the user gave with --set stands
+            flags[k], labels[k] = v, label
     if memory:
         from hdp.runtime.capacity import parse_overrides
 

@@ -143,6 +143,9 @@ def test_compile_export_blob_and_bad_blobs(branchy_xml, tmp_path):
         assert len(lines) == 1 and "Traceback" not in result.output, result.output
         assert all(w in lines[0] for w in words), lines[0]
 
+    # a blob is timed one request at a time: a throughput question is refused, not answered with a latency
+    r = run("evaluate", blob, "--objective", "throughput", "--requests", "2")
+    assert r.exit_code == 2 and "one request at a time" in r.output and "Traceback" not in r.output, r.output
     # a truncated blob
     cut = tmp_path / "cut.blob"
     cut.write_bytes(blob.read_bytes()[: blob.stat().st_size // 3])

@@ -538,3 +538,10 @@ def test_compile_for_throughput_uses_the_stored_hand_off(branchy_xml, tmp_path):
         assert r.exit_code == 0, r.output
         assert load(ir).partition.info.get("handoff") == want
         assert ("300 us per served subgraph" in r.output) == (want is not None), r.output
+    # a hand-off the user sets stands over the calibration's, and a bad one is refused
+    base = ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual", "--method", "optimal", "--objective",
+            "throughput", "--no-compare", "--emit-ir", str(ir), "--cache-dir", str(cache)]
+    r = CliRunner().invoke(main, base + ["--set", "handoff=5e-4"])
+    assert r.exit_code == 0 and load(ir).partition.info.get("handoff") == "0.0005", r.output
+    r = CliRunner().invoke(main, base + ["--set", "handoff=abc"])
+    assert r.exit_code == 2 and "handoff must be a number" in r.output, r.output

@@ -393,9 +393,9 @@ def measure_pipeline(measurer, problem, placements: Sequence[Design], *, model: 
                                 subgraphs=int(sims[0].terms(gd)[2]), hetero_subgraphs=int(placed.submodels),
                                 grid=HANDOFF_GRID, predicted=pred)
         out.append(o)
-        say(f"served {d.name:<22} period ratio to plain {first} {o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}] over "
-            f"{o.rounds} windows; {o.subgraphs} subgraphs (HETERO {o.hetero_subgraphs}); simulated {pred[0]:.3f} "
-            f"without a hand-off")
+        ci = f"[{o.low:.3f}, {o.high:.3f}]" if o.high > 0 else "(no interval: not fitted)"
+        say(f"{model}: served {d.name:<22} period ratio to {first} alone {o.ratio:.3f} {ci} over {o.rounds} windows; "
+            f"{o.subgraphs} subgraphs (HETERO {o.hetero_subgraphs}); simulated {pred[0]:.3f} without a hand-off")
     return out
 
 

@@ -152,7 +152,7 @@ def final_sim_vs_measured(module, result) -> str:
             pairs.append(("placement", sim, m.median))
         elif name.startswith("plain ") and name[6:] in singles:
             pairs.append((name, singles[name[6:]], m.median))
-    return sim_vs_measured(pairs)
+    return sim_vs_measured(pairs, calibrated="calibrated" in str(module.meta.get("boundary", "")))
 
 
 def time_line(partition, timing_rows: list[dict], stage_rows: list, spent: dict[str, float], total: float) -> str:

@@ -26,9 +26,9 @@ not counted; ``hdp compile`` states it separately):
    beyond noise.
 
 Under ``--objective throughput`` on a real target, stage 2 serves instead (:func:`_served`): the
-simulated best, the cuts next to the best two-stage pipeline's and the next ``top`` mixed candidates,
-each with the objective's requests in flight beside the plain first device, within the budget; one
-that serves faster than the simulated best beyond noise replaces it. Stage 3 does not run (the learner's reward is one request's latency).
+best single device, the simulated best, the cuts next to the best two-stage pipeline's and the next
+``top`` mixed candidates, each with the objective's requests in flight beside the first device alone,
+within the budget; the single device is kept unless a split serves faster beyond noise. Stage 3 does not run (the learner's reward is one request's latency).
 
 On a modeled target the simulator is the truth and ``optimal`` is exact for its cost model: stage 2
 is the lowest simulated latency (ties: the same preference order), and stage 3 runs only with
@@ -288,13 +288,15 @@ def _neighbour_cuts(p, sim, gd: np.ndarray) -> list[tuple[str, np.ndarray]]:
 
 
 def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadline) -> Placed:
-    """Throughput on a real target: the simulated best, the cuts next to the best two-stage
-    pipeline's and the next ``top`` mixed candidates by simulation are served with the objective's
-    requests in flight, each beside the plain compile of the first device that runs the whole model,
-    windows alternating (:meth:`hdp.runtime.measure.Measurer.serve_beside`), until the budget runs
-    out; a candidate replaces the simulated best when its measured period (as a multiple of that plain
-    device's) is below the simulated best's beyond noise (its 95 % interval's upper end below the
-    other's estimate). Without such a device, or when nothing could be served, the simulated best."""
+    """Throughput on a real target: the best single device, the simulated best, the cuts next to
+    the best two-stage pipeline's and the next ``top`` mixed candidates by simulation are served
+    with the objective's requests in flight, each beside the compile of the first device that runs
+    the whole model (as the target configures it), windows alternating
+    (:meth:`hdp.runtime.measure.Measurer.serve_beside`), until the budget runs out. The best single
+    device is preferred (else the simulated best): another candidate replaces it only when its
+    measured period (as a multiple of that device's) is below the preferred one's beyond noise (its
+    95 % interval's upper end below the other's estimate). Without a device that runs the whole
+    model, or when nothing could be served, the simulated best."""
     from hdp.placement.simulate import Simulator
     from hdp.runtime import stats
 
@@ -305,7 +307,9 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     if ref is None:
         return _by_objective(ctx, cands, lines, info)
     pipes = [c for c in cands if c.name.startswith("pipeline:")]
-    queue = [(win.name, win.gd)]
+    singles = sorted((c for c in cands if c.single), key=lambda c: c.sim)
+    queue = [(singles[0].name, singles[0].gd)] if singles else []  # preferred: a split must beat it
+    queue.append((win.name, win.gd))
     if pipes:
         queue += _neighbour_cuts(p, sim, min(pipes, key=lambda c: c.sim).gd)
     mixed = sorted((c for c in cands if not c.single and c is not win), key=lambda c: c.sim)
@@ -315,6 +319,7 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     n = int(p.objective.requests)
     plain = p.devices[ref]
     measurer = _measurer(o, ctx)
+    t0 = time.monotonic()
     try:
         for name, gd in queue:
             key = np.asarray(gd, np.int16).tobytes()
@@ -330,15 +335,18 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
             served.append((name, np.asarray(gd, np.int16), float(c.ratio), float(c.low), float(c.high)))
     finally:
         measurer.close()
+        note_time("auto: served", time.monotonic() - t0)
     if not served:
         return _by_objective(ctx, cands, lines, info)
-    lines.append(f"served with {n} requests in flight, each beside the plain {plain} (seconds per request as a "
-                 f"multiple of its, 95 % CI): " + ", ".join(f"{nm} {r:.3f} [{lo:.3f}, {hi:.3f}]"
-                                                           for nm, _, r, lo, hi in served))
-    pref = served[0] if served[0][0] == win.name else min(served, key=lambda x: x[2])
+    lines.append(f"served with {n} requests in flight, each beside {plain} alone as the target configures it "
+                 f"(seconds per request as a multiple of that device's, 95 % CI): "
+                 + ", ".join(f"{nm} {r:.3f} [{lo:.3f}, {hi:.3f}]" for nm, _, r, lo, hi in served))
+    # preferred: the best single device when served (as for latency), else the simulated best
+    first = [x for x in served if x[0] == (singles[0].name if singles else win.name)]
+    pref = first[0] if first else min(served, key=lambda x: x[2])
     best = min(served, key=lambda x: x[2])
     if best is not pref and best[4] < pref[2]:  # beyond noise: its whole interval below the preferred one
-        lines.append(f"kept {best[0]}: measured faster than the simulated best {pref[0]} beyond noise "
+        lines.append(f"kept {best[0]}: served faster than {pref[0]} beyond noise "
                      f"({sim.cost(best[1]) * 1e3:.3f} ms per request simulated)")
     else:
         best = pref

@@ -480,8 +480,9 @@ def pipeline_report(cal: Calibration) -> list[str]:
         used = "not used: the fit is at the end of its range (hand-offs alone do not explain the rates)"
     else:
         used = "not used: it predicts the held-out placements worse than none"
+    n_fit = sum(not o.heldout and math.isfinite(standard_error(o)) for o in po)
     lines = [f"served pipelines ({po[0].requests} requests in flight): hand-off per HETERO subgraph "
-             f"{got * 1e6:.0f} µs, fitted on {sum(not o.heldout for o in po)} placements; {used}",
+             f"{got * 1e6:.0f} µs, fitted on {n_fit} placements; {used}",
              "throughput simulator error (predicted / measured period ratio to the plain first device - 1), "
              "no hand-off -> fitted:"]
     return lines + grid_error_lines(po, 0.0, got, "subgraphs")

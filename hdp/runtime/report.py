@@ -37,13 +37,14 @@ __all__ = ["SIM_ERROR_WARN", "PlainComparison", "compare_with_plain", "plain_fro
 SIM_ERROR_WARN = 0.15
 
 
-def sim_vs_measured(pairs: Sequence[tuple[str, float, float]]) -> str:
+def sim_vs_measured(pairs: Sequence[tuple[str, float, float]], calibrated: bool = False) -> str:
     """One line from ``(name, simulated seconds, measured seconds)`` triples::
 
         simulator vs measurement: single:CPU 89.3 ms simulated / 73.0 ms measured = 1.22, ...;
         off by more than 15 %: the profile ran under other load, or the boundary model is the
         target's guess (`hdp calibrate MODEL --target T` fits it on this host)
-    """
+
+    ``calibrated``: the boundary model was fitted on this host (the hint then says so)."""
     parts, worst = [], 0.0
     for name, sim, meas in pairs:
         if not (sim > 0 and meas > 0 and math.isfinite(sim) and math.isfinite(meas)):
@@ -55,9 +56,11 @@ def sim_vs_measured(pairs: Sequence[tuple[str, float, float]]) -> str:
         return "simulator vs measurement: nothing measured to compare with"
     line = "simulator vs measurement: " + ", ".join(parts)
     if worst > SIM_ERROR_WARN:
+        why = ("the host's speed moved since the calibration (`hdp calibrate` again, close to the compile)"
+               if calibrated else "the boundary model is the target's guess (`hdp calibrate MODEL --target TARGET` "
+               "fits it on this host)")
         line += (f"; off by up to {worst * 100:.0f} % (more than {SIM_ERROR_WARN * 100:.0f} %): the profile ran under "
-                 f"other load than the measurement, or the boundary model is the target's guess "
-                 f"(`hdp calibrate MODEL --target TARGET` fits it on this host)")
+                 f"other load than the measurement, or {why}")
     else:
         line += f"; within {SIM_ERROR_WARN * 100:.0f} %"
     return line
