@@ -342,8 +342,8 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
                  f"(seconds per request as a multiple of that device's, 95 % CI): "
                  + ", ".join(f"{nm} {r:.3f} [{lo:.3f}, {hi:.3f}]" for nm, _, r, lo, hi in served))
     # preferred: the best single device when served (as for latency), else the simulated best
-    first = [x for x in served if x[0] == (singles[0].name if singles else win.name)]
-    pref = first[0] if first else min(served, key=lambda x: x[2])
+    order = ([singles[0].name] if singles else []) + [win.name]
+    pref = next((x for nm in order for x in served if x[0] == nm), min(served, key=lambda x: x[2]))
     best = min(served, key=lambda x: x[2])
     if best is not pref and best[4] < pref[2]:  # beyond noise: its whole interval below the preferred one
         lines.append(f"kept {best[0]}: served faster than {pref[0]} beyond noise "
