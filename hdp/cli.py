@@ -322,6 +322,11 @@ def passes_cmd(target, devices, method):
         for f, default in _defaults(cls):
             if f == "placer":
                 click.echo("    --set method=hetero-auto  (and the method's options below)")
+            elif f == "objective" and name == "partition":
+                click.echo("    --set objective=latency  (latency | throughput | concurrent; throughput takes "
+                           "requests=N (default 2) and handoff=SECONDS per served subgraph (default: hdp "
+                           "calibrate's, else 0); execution=concurrent takes the executor's launch, handover, "
+                           "request and convert)")
             else:
                 click.echo(f"    --set {f}={default}")
     click.echo("\nmethods (compile --method NAME[:ARG] or --passes 'partition{method=NAME[:ARG],...}', "

@@ -37,3 +37,12 @@ def test_simulator_against_measurement_names_the_gap_and_the_fix():
     far = sim_vs_measured([("single:CPU_B", 0.341, 0.225)])
     assert "= 1.52" in far and "off by up to 52 %" in far and "hdp calibrate" in far
     assert "nothing measured" in sim_vs_measured([("x", 0.1, float("nan"))])
+    # after a calibration the hint is the host's drift, not the uncalibrated boundary model
+    drift = sim_vs_measured([("single:CPU_B", 0.341, 0.225)], calibrated=True)
+    assert "speed moved since the calibration" in drift and "target's guess" not in drift
+
+
+def test_hdp_passes_names_the_objective_options():
+    listed = _flat(CliRunner().invoke(main, ["passes"]).output)
+    assert "--set objective=latency (latency | throughput | concurrent; throughput takes requests=N" in listed
+    assert "handoff=SECONDS per served subgraph" in listed
