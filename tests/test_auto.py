@@ -8,6 +8,8 @@ deterministic and the measuring code is the real one; one test runs the real thi
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -398,6 +400,13 @@ def test_auto_for_throughput_on_a_real_target_serves_the_cuts_next_to_the_best_p
     assert got.info["stages"] == "candidates,served" and "served with 3 requests in flight" in got.info["report"]
     assert float(got.info["served_ratio"]) == pytest.approx(100 / 190, rel=0.01)
     assert None in cuts  # the best single device was served too: a split must beat it
+    # a budget already spent: the single device and the simulated best are still both served
+    fake = _FakeServer(p, best=sim_cut)
+    monkeypatch.setattr(auto_mod, "_measurer", lambda *a, **k: fake)
+    ctx = PlaceContext(module=m, problem=p, target=real, started=time.monotonic() - 100)
+    got = place(Auto(budget=1, learn="no"), ctx)
+    assert len(fake.calls) == 2 and None in [c for c, _, _ in fake.calls]
+    assert np.unique(got.group_device).size == 2  # the split, served faster than one device
     # splits within noise of one device (at best 3 % faster, windows ±10 %): the single device stays
     fake = _FakeServer(p, best=sim_cut + 1, noise=10.0, peak=103.0)
     monkeypatch.setattr(auto_mod, "_measurer", lambda *a, **k: fake)

@@ -28,7 +28,8 @@ not counted; ``hdp compile`` states it separately):
 Under ``--objective throughput`` on a real target, stage 2 serves instead (:func:`_served`): the
 best single device, the simulated best, the cuts next to the best two-stage pipeline's and the next
 ``top`` mixed candidates, each with the objective's requests in flight beside the first device alone,
-within the budget; the single device is kept unless a split serves faster beyond noise. Stage 3 does not run (the learner's reward is one request's latency).
+within the budget; the single device is kept unless a split serves faster beyond noise. Stage 3
+does not run (the learner's reward is one request's latency).
 
 On a modeled target the simulator is the truth and ``optimal`` is exact for its cost model: stage 2
 is the lowest simulated latency (ties: the same preference order), and stage 3 runs only with
@@ -292,7 +293,8 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     the best two-stage pipeline's and the next ``top`` mixed candidates by simulation are served
     with the objective's requests in flight, each beside the compile of the first device that runs
     the whole model (as the target configures it), windows alternating
-    (:meth:`hdp.runtime.measure.Measurer.serve_beside`), until the budget runs out. The best single
+    (:meth:`hdp.runtime.measure.Measurer.serve_beside`), until the budget runs out (the first two
+    are served whatever the budget: Inception-V3 kept one device when only it fitted). The best single
     device is preferred (else the simulated best): another candidate replaces it only when its
     measured period (as a multiple of that device's) is below the preferred one's beyond noise (its
     95 % interval's upper end below the other's estimate). Without a device that runs the whole
@@ -316,6 +318,8 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     queue += [(c.name, c.gd) for c in mixed[:o.top]]
     seen: set[bytes] = set()
     served: list[tuple[str, np.ndarray, float, float, float]] = []
+    # the single device and the simulated best are served whatever the budget
+    must = len({np.asarray(gd, np.int16).tobytes() for _, gd in queue[:2]})
     n = int(p.objective.requests)
     plain = p.devices[ref]
     measurer = _measurer(o, ctx)
@@ -323,7 +327,7 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     try:
         for name, gd in queue:
             key = np.asarray(gd, np.int16).tobytes()
-            if key in seen or (served and _left(deadline) <= 0):
+            if key in seen or (len(served) >= must and _left(deadline) <= 0):
                 continue
             seen.add(key)
             placed, alone = measurer.serve_beside(p.op_devices(gd), p.devices, plain, {}, requests=n,
