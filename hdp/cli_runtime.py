@@ -307,7 +307,7 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     from hdp.runtime.measure import Measurer, placed_device_of
     from hdp.runtime.measurement import MeasureError
     from hdp.runtime.placed import model_info, read_placed
-    from hdp.runtime.serving import plain_streams_config, simulated_plain_rate
+    from hdp.runtime.serving import plain_streams, plain_streams_config, simulated_plain_rate
 
     dev, devs, tgt = placed_device_of(placed, tgt)
     model = read_placed(placed).model
@@ -322,12 +322,7 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
             res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
     versus = None
     if plain and all(v.ok for v in res.values()) and len(res["placed"].rates) == len(res["plain"].rates):
-        import numpy as np
-
-        from hdp.runtime.stats import compare
-
-        versus = compare(1 / np.asarray(res["plain"].rates), 1 / np.asarray(res["placed"].rates),
-                         names=(f"plain {plain}", "placed"))
+        versus = res["placed"].period_ratio(res["plain"], names=(f"plain {plain}", "placed"))
     simulated = None
     if sim["period"] and sim["requests"] == str(requests):
         simulated = 1.0 / float(sim["period"])
@@ -363,11 +358,11 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
                        f"(95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
             if plain_sim is not None and versus is not None and versus.low > 0:
                 want = simulated / plain_sim
-                click.echo(f"simulated placed/plain {plain}: {want:.3f}; measured {1 / versus.ratio:.3f} (95 % CI "
-                           f"{1 / versus.high:.3f}-{1 / versus.low:.3f}): {(1 / versus.ratio) / want - 1:+.1%} with the "
-                           f"host's drift divided out (the plain compile priced as {min(requests, os.cpu_count() or 1)} "
-                           f"streams each as fast as {plain} alone: true on an otherwise idle host, not when other "
-                           f"work takes a core)")
+                got = 1 / versus.ratio
+                click.echo(f"simulated placed/plain {plain}: {want:.3f}; measured {got:.3f} (95 % CI "
+                           f"{1 / versus.high:.3f}-{1 / versus.low:.3f}): {got / want - 1:+.1%} with the host's drift "
+                           f"divided out (the plain compile priced as {plain_streams(requests)} streams each as fast "
+                           f"as {plain} alone: true on an otherwise idle host, not when other work takes a core)")
         elif sim["period"]:
             click.echo(f"(placed for {sim['requests']} requests in flight: no simulated figure for {requests})")
     failed = [v for v in res.values() if not v.ok]

@@ -83,30 +83,27 @@ class PartitionPass(Pass, tag="partition"):
         objective = opts.pop("objective", None)
         requests = opts.pop("requests", None)
         execution = str(opts.pop("execution", "sequential"))
-        costs = {k: opts.pop(k) for k in EXECUTOR_COSTS if k in opts}
+        # seconds, hdp calibrate's: the concurrent executor's own costs, and a served subgraph's hand-off
+        vals = {}
+        for k in (*EXECUTOR_COSTS, "handoff"):
+            if k not in opts:
+                continue
+            v = opts.pop(k)
+            try:
+                vals[k] = float(v)
+            except (TypeError, ValueError):
+                raise InputError(f"pass 'partition': {k} must be a number of seconds, not {v!r}") from None
+            if not 0 <= vals[k] <= 10:
+                raise InputError(f"pass 'partition': {k} must be between 0 and 10 seconds, not {v!r}")
+        handoff = vals.pop("handoff", None)
+        throughput = isinstance(objective, Throughput) or str(objective or "latency") == "throughput"
+        if handoff is not None and not throughput:
+            raise InputError("pass 'partition': handoff prices a served pipeline; only with objective throughput")
         executor = None
-        if costs:  # the concurrent executor's own costs (hdp calibrate), seconds
-            vals = {}
-            for k, v in costs.items():
-                try:
-                    vals[k] = float(v)
-                except (TypeError, ValueError):
-                    raise InputError(f"pass 'partition': {k} must be a number of seconds, not {v!r}") from None
-                if not 0 <= vals[k] <= 10:
-                    raise InputError(f"pass 'partition': {k} must be between 0 and 10 seconds, not {v!r}")
+        if vals:
             from types import SimpleNamespace
 
             executor = SimpleNamespace(**vals)
-        handoff = opts.pop("handoff", None)
-        if handoff is not None:  # a served subgraph's hand-off (hdp calibrate), seconds
-            try:
-                handoff = float(handoff)
-            except (TypeError, ValueError):
-                raise InputError(f"pass 'partition': handoff must be a number of seconds, not {handoff!r}") from None
-            if not 0 <= handoff <= 10:
-                raise InputError(f"pass 'partition': handoff must be between 0 and 10 seconds, not {handoff!r}")
-            if not (isinstance(objective, Throughput) or str(objective or "latency") == "throughput"):
-                raise InputError("pass 'partition': handoff prices a served pipeline; only with objective throughput")
         if not isinstance(objective, (Latency, Throughput, Concurrent)):
             objective = cls.objective_from(str(objective or "latency"), requests, execution, executor, handoff)
         memory = opts.pop("memory", ())

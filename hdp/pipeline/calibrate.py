@@ -367,7 +367,6 @@ def measure_pipeline(measurer, problem, placements: Sequence[Design], *, model: 
     Failures are reported through ``say`` and skipped."""
     from hdp.placement.objective import Throughput
     from hdp.placement.simulate import Simulator
-    from hdp.runtime import stats
     from hdp.runtime.calibrate import HANDOFF_GRID, PipelineObservation
 
     p0 = problem.with_objective(Throughput(requests=requests))
@@ -384,7 +383,7 @@ def measure_pipeline(measurer, problem, placements: Sequence[Design], *, model: 
         if not (placed.ok and plain.ok):
             say(f"served {d.name}: {placed.error or plain.error}")
             continue
-        c = stats.compare(1 / np.asarray(plain.rates), 1 / np.asarray(placed.rates), names=(first, d.name))
+        c = placed.period_ratio(plain, names=(first, d.name))
         lo, hi = (c.low, c.high) if math.isfinite(c.high) and c.low > 0 else (0.0, 0.0)
         gd = np.asarray(d.group_device, np.int64)
         pred = tuple(s.period(gd) / ref_t for s in sims)

@@ -334,7 +334,8 @@ class Simulator:
             out["concurrent_subgraphs"] = self.concurrent_subgraphs(group_device)[1]
         if isinstance(self.objective, Throughput):
             loads = self.loads(group_device)
-            out["period"] = max((comp + copy + self.served_overhead * nsub) / self.requests, float(loads.max(initial=0.0)))
+            served = comp + copy + self.served_overhead * nsub  # :meth:`served_latency` from the terms above
+            out["period"] = max(served / self.requests, float(loads.max(initial=0.0)))
             out["load"] = ", ".join(f"{n} {v * 1e3:.4g} ms" for n, v in zip(self.devices, loads))
         if self.problem.memory_binds:
             from hdp.placement.memory import size_text

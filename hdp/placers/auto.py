@@ -300,7 +300,6 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     95 % interval's upper end below the other's estimate). Without a device that runs the whole
     model, or when nothing could be served, the simulated best."""
     from hdp.placement.simulate import Simulator
-    from hdp.runtime import stats
 
     p = ctx.problem
     sim = Simulator(p)
@@ -335,7 +334,7 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
             if not (placed.ok and alone.ok):
                 lines.append(f"served {name}: {placed.error or alone.error}")
                 continue
-            c = stats.compare(1 / np.asarray(alone.rates), 1 / np.asarray(placed.rates), names=(plain, name))
+            c = placed.period_ratio(alone, names=(plain, name))
             served.append((name, np.asarray(gd, np.int16), float(c.ratio), float(c.low), float(c.high)))
     finally:
         measurer.close()

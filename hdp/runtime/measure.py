@@ -662,7 +662,6 @@ def _text_config(config: dict | None) -> dict[str, str]:
     return {k: str(v) for k, v in (config or {}).items()}
 
 
-
 def measure_plain(source, target: Target | str, device: str, *, runs: int = 10, warmup: int = 3,
                   timeout: float = 120.0, cache: bool | str | os.PathLike = True) -> Measurement:
     """Time the unplaced model compiled directly on one device of the target."""

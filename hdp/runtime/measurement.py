@@ -307,6 +307,14 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
             return r, float("nan"), float("nan")
         return tuple(float(x) for x in hodges_lehmann(np.asarray(self.rates)))
 
+    def period_ratio(self, beside: "Served", names: tuple[str, str] = ("beside", "served")):
+        """This compile's seconds per inference over ``beside``'s, window by window (the two served
+        side by side, :meth:`hdp.runtime.measure.Measurer.serve_beside`): the ratio, its 95 %
+        interval and verdict (:func:`hdp.runtime.stats.compare`)."""
+        from hdp.runtime.stats import compare
+
+        return compare(1 / np.asarray(beside.rates), 1 / np.asarray(self.rates), names=names)
+
     def summary(self) -> str:
         if not self.ok:
             return f"failed: {self.error}"
