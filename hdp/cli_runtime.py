@@ -307,22 +307,21 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     from hdp.runtime.measure import Measurer, placed_device_of
     from hdp.runtime.measurement import MeasureError
     from hdp.runtime.placed import model_info, read_placed
-    from hdp.runtime.serving import plain_streams, plain_streams_config, simulated_plain_rate
+    from hdp.runtime.serving import serve_against_plain, simulated_plain_rate
 
     dev, devs, tgt = placed_device_of(placed, tgt)
     model = read_placed(placed).model
     sim = {k: model_info(model, f"sim_{k}") for k in ("period", "requests", "simulated", "singles")}
     batches = max(runs, 6)
-    with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
-        if plain:  # side by side, window for window: the host's drift cancels in their ratio
-            res = dict(zip(("placed", "plain"), m.serve_beside(
-                dev, devs, plain, plain_streams_config(tgt.device(plain), requests), requests=requests,
-                batches=batches)))
-        else:
+    against = None
+    if plain:  # side by side, window for window: the host's drift cancels in their ratio
+        against = serve_against_plain(placed, tgt, dev, devs, plain, requests, batches=batches, warmup=warmup,
+                                      timeout=timeout)
+        res = {"placed": against.placed, "plain": against.plain}
+    else:
+        with Measurer(placed, tgt, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
             res = {"placed": m.serve(dev, devs, requests=requests, batches=batches)}
-    versus = None
-    if plain and all(v.ok for v in res.values()) and len(res["placed"].rates) == len(res["plain"].rates):
-        versus = res["placed"].period_ratio(res["plain"], names=(f"plain {plain}", "placed"))
+    versus = against.versus if against is not None else None
     simulated = None
     if sim["period"] and sim["requests"] == str(requests):
         simulated = 1.0 / float(sim["period"])
@@ -347,23 +346,18 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     else:
         if memory is not None:
             click.echo(memory[0])
-        for k, v in res.items():
+        if against is not None:
+            for line in against.lines(simulated, plain_sim) + [against.verdict()]:
+                click.echo(line)
+        else:
+            v = res["placed"]
             click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
                        + (f"; CPU devices on {v.pinning}" if v.ok and v.pinning else ""))
-        if versus is not None:
-            click.echo(f"placed vs plain {plain} (windows side by side, time per inference): {versus.describe()}")
-        if simulated is not None and res["placed"].ok:
-            est, lo, hi = res["placed"].estimate()
-            click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f} "
-                       f"(95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
-            if plain_sim is not None and versus is not None and versus.low > 0:
-                want = simulated / plain_sim
-                got = 1 / versus.ratio
-                click.echo(f"simulated placed/plain {plain}: {want:.3f}; measured {got:.3f} (95 % CI "
-                           f"{1 / versus.high:.3f}-{1 / versus.low:.3f}): {got / want - 1:+.1%} with the host's drift "
-                           f"divided out (the plain compile priced as {plain_streams(requests)} streams each as fast "
-                           f"as {plain} alone: true on an otherwise idle host, not when other work takes a core)")
-        elif sim["period"]:
+            if simulated is not None and v.ok:
+                est, lo, hi = v.estimate()
+                click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated "
+                           f"{est / simulated:.3f} (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
+        if simulated is None and sim["period"]:
             click.echo(f"(placed for {sim['requests']} requests in flight: no simulated figure for {requests})")
     failed = [v for v in res.values() if not v.ok]
     if failed:

@@ -545,3 +545,23 @@ def test_compile_for_throughput_uses_the_stored_hand_off(branchy_xml, tmp_path):
     assert r.exit_code == 0 and load(ir).partition.info.get("handoff") == "0.0005", r.output
     r = CliRunner().invoke(main, base + ["--set", "handoff=abc"])
     assert r.exit_code == 2 and "handoff must be a number" in r.output, r.output
+
+
+def test_compile_says_when_optimal_kept_one_device_for_its_margin():
+    """optimal's margin fallback is printed by compile (it was only in the placement's info)."""
+    from hdp.ir.types import Array, Placement
+    from hdp.pipeline.report import method_lines
+
+    m = _two_device_chain(0.03)
+    kept = place(method_from("optimal", {"boundary_penalty": 0.0, "margin": 0.05}), PlaceContext(module=m, problem=problem(m)))
+    def info(placed):  # without the simulated figures (their line needs a target)
+        return {k: str(v) for k, v in placed.info.items() if k not in ("simulated", "lower_bound")}
+
+    pl = Placement(method="optimal", devices=("D0", "D1"), info=info(kept),
+                   device_of=Array.of(np.zeros(len(m.graph.ops), np.int16)))
+    lines = method_lines(m.replace(placement=pl), None)
+    said = [x for x in lines if "less than the margin of 5.0 %" in x]
+    assert len(said) == 1 and said[0].startswith("optimal: kept every op on D") and "margin=0" in said[0]
+    mixed = place(method_from("optimal", {"boundary_penalty": 0.0, "margin": 0.0}), PlaceContext(module=m, problem=problem(m)))
+    pl = msgspec.structs.replace(pl, info=info(mixed))
+    assert not any("margin" in x for x in method_lines(m.replace(placement=pl), None))

@@ -295,9 +295,12 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
     xml = _save(build_tower(), tmp_path / "tower.xml")
     out = tmp_path / "p.xml"
     r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "virtual-2x1", "--method",
-                                  "optimal", "--objective", "throughput", "--requests", "2", "--no-compare",
-                                  "--no-cache", "-q"])
+                                  "optimal", "--objective", "throughput", "--requests", "2", "--no-cache"])
     assert r.exit_code == 0, r.output
+    # compile's final comparison is the objective's: served beside the plain compile's own streams
+    assert "served with 2 requests in flight beside the plain CPU" in r.output, r.output
+    assert "placed vs plain CPU (windows side by side, time per inference): " in r.output
+    assert sum(x.startswith("verdict: ") for x in r.output.splitlines()) == 1 and "placement vs plain" not in r.output
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "2", "--runs", "3",
                                   "--plain", "CPU", "--json"])
     assert r.exit_code == 0, r.output
@@ -320,6 +323,7 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "2", "--runs", "3",
                                   "--plain", "CPU"])
     assert r.exit_code == 0 and "with the host's drift divided out" in r.output, r.output
+    assert r.output.strip().splitlines()[-1].startswith("verdict: ")
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "0"])
     assert r.exit_code == 2 and "--requests 0" in r.output
 

@@ -1,9 +1,14 @@
 """The plain compile a served placement is measured beside (``hdp evaluate --objective throughput
---plain DEV``): how it is compiled, and the rate the simulator gives it."""
+--plain DEV``, and ``hdp compile --objective throughput``'s final comparison): how it is compiled,
+the rate the simulator gives it, and the two served side by side (:func:`serve_against_plain`)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+
+from hdp.runtime.measurement import Served
+from hdp.runtime.stats import Comparison
 
 
 def plain_streams(requests: int) -> int:
@@ -36,3 +41,87 @@ def simulated_plain_rate(device, singles: str | None, requests: int) -> float | 
         return plain_streams(requests) / float(seconds) if seconds and float(seconds) > 0 else None
     except ValueError:
         return None
+
+
+def fastest_plain(target, singles: str | None) -> str | None:
+    """The real device a placement served for throughput is compared with: the one with the lowest
+    simulated single-device latency in ``singles`` (recorded when placed, ``DEV=SECONDS,...``), else
+    the target's first real device; None when the target has no real device."""
+    real = [d.name for d in target.devices if d.kind == "real"]
+    if not real:
+        return None
+    sec: dict[str, float] = {}
+    for item in (singles or "").split(","):
+        name, _, value = item.partition("=")
+        try:
+            sec[name] = float(value)
+        except ValueError:
+            continue
+    known = [d for d in real if d in sec and sec[d] > 0]
+    return min(known, key=sec.get) if known else real[0]
+
+
+@dataclass(frozen=True, eq=False)
+class AgainstPlain:
+    """A placement served with ``requests`` in flight beside ``plain_on``'s plain compile with its
+    own streams (:func:`plain_streams_config`), windows alternating: both rates, and ``versus``
+    (placed over plain seconds per inference, paired window by window; None when either failed)."""
+
+    placed: Served
+    plain: Served
+    plain_on: str
+    requests: int
+    versus: Comparison | None
+
+    def lines(self, simulated: float | None = None, plain_sim: float | None = None) -> list[str]:
+        """Each compile's rate, the paired ratio, and (``simulated``: the rate the simulator gave
+        the placement; ``plain_sim``: the plain compile's, :func:`simulated_plain_rate`) the
+        measured rate against the simulated one, with and without the host's drift."""
+        out = [f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
+               + (f"; CPU devices on {v.pinning}" if v.ok and v.pinning else "") for v in (self.placed, self.plain)]
+        if self.versus is not None:
+            out.append(f"placed vs plain {self.plain_on} (windows side by side, time per inference): "
+                       f"{self.versus.describe()}")
+        if simulated and self.placed.ok:
+            est, lo, hi = self.placed.estimate()
+            out.append(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f} "
+                       f"(95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
+            if plain_sim and self.versus is not None and self.versus.low > 0:
+                want, got = simulated / plain_sim, 1 / self.versus.ratio
+                out.append(f"simulated placed/plain {self.plain_on}: {want:.3f}; measured {got:.3f} (95 % CI "
+                           f"{1 / self.versus.high:.3f}-{1 / self.versus.low:.3f}): {got / want - 1:+.1%} with the "
+                           f"host's drift divided out (the plain compile priced as {plain_streams(self.requests)} "
+                           f"streams each as fast as {self.plain_on} alone: true on an otherwise idle host, not when "
+                           f"other work takes a core)")
+        return out
+
+    def verdict(self) -> str:
+        """One line: does the placement serve faster than the plain compile with its own streams?"""
+        streams = f"the plain {self.plain_on} compile with its own streams"
+        if self.versus is None:
+            failed = next((v.error for v in (self.placed, self.plain) if not v.ok), "no paired windows")
+            return f"verdict: not compared with {streams}: {failed}"
+        if self.versus.verdict == "faster":
+            return f"verdict: the placement serves {self.requests} requests in flight faster than {streams} beyond noise"
+        if self.versus.verdict == "equal":
+            return f"verdict: the placement serves as fast as {streams} (no difference beyond noise)"
+        return (f"verdict: {streams} serves {self.requests} requests in flight faster beyond noise: for throughput "
+                f"alone on this host, compile the unplaced model on {self.plain_on} with "
+                f"{plain_streams(self.requests)} streams")
+
+
+def serve_against_plain(source, target, device_of, devices, plain_on: str, requests: int, *, batches: int,
+                        warmup: int = 3, timeout: float = 120.0) -> AgainstPlain:
+    """Serve the placement ``device_of`` (over ``devices``; None: the devices ``source`` was placed
+    on) of ``source`` (a module or a placed ``.xml``) beside ``plain_on``'s plain compile with its
+    own streams, ``batches`` windows each, alternating in one worker (never cached)."""
+    from hdp.runtime.measure import Measurer
+
+    with Measurer(source, target, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
+        placed, plain = m.serve_beside(device_of, devices, plain_on,
+                                       plain_streams_config(m.target.device(plain_on), requests),
+                                       requests=requests, batches=batches)
+    versus = None
+    if placed.ok and plain.ok and len(placed.rates) == len(plain.rates):
+        versus = placed.period_ratio(plain, names=(f"plain {plain_on}", "placed"))
+    return AgainstPlain(placed, plain, plain_on, int(requests), versus)

@@ -1,0 +1,55 @@
+"""The plain compile a served placement is compared with (hdp.runtime.serving): which device, and
+the words of the comparison (fabricated window rates; the real serving runs in test_objectives'
+slow tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdp.runtime.measurement import Served
+from hdp.runtime.serving import AgainstPlain, fastest_plain, plain_streams
+from hdp.runtime.target import load_target
+
+
+def test_the_plain_device_is_the_real_one_the_simulator_makes_fastest_alone():
+    t = load_target("virtual-2x1")
+    assert fastest_plain(t, "CPU=0.02,CPU_B=0.01") == "CPU_B"
+    assert fastest_plain(t, "CPU=0.01,CPU_B=0.02") == "CPU"
+    assert fastest_plain(t, None) == "CPU" and fastest_plain(t, "garbage,CPU_B=x") == "CPU"
+    assert fastest_plain(t, "CPU=0,CPU_B=-1") == "CPU"  # no usable figure: the first real device
+    assert fastest_plain(load_target("i9-flex170"), "CPU=0.01") is None  # modeled: nothing to serve on
+
+
+def _served(rates, what="HETERO:CPU,CPU_B"):
+    return Served(what=what, target="virtual-2x1", requests=2, per_batch=14, rates=tuple(rates))
+
+
+def _against(placed_rates, plain_rates):
+    placed, plain = _served(placed_rates), _served(plain_rates, "plain:CPU")
+    return AgainstPlain(placed, plain, "CPU", 2, placed.period_ratio(plain, names=("plain CPU", "placed")))
+
+
+def test_the_verdict_follows_the_paired_ratio():
+    rng = np.random.default_rng(0)
+    base = 50 + rng.normal(0, 2, 16)  # the host's drift moves both sides window by window
+    slower = _against(base * 0.9, base)
+    assert slower.versus.verdict == "slower"
+    assert "the plain CPU compile with its own streams serves 2 requests in flight faster beyond noise" in slower.verdict()
+    assert f"with {plain_streams(2)} streams" in slower.verdict()
+    equal = _against(base * (1 + rng.normal(0, 0.02, 16)), base)
+    assert equal.versus.verdict == "equal" and "as fast as the plain CPU compile" in equal.verdict()
+    faster = _against(base * 1.1, base)
+    assert "faster than the plain CPU compile with its own streams beyond noise" in faster.verdict()
+    lines = slower.lines(simulated=50.0, plain_sim=100.0)
+    assert lines[0].startswith("HETERO:CPU,CPU_B on virtual-2x1: ") and lines[1].startswith("plain:CPU on ")
+    assert "placed vs plain CPU (windows side by side, time per inference): slower by" in lines[2]
+    assert "measured/simulated" in lines[3] and "simulated placed/plain CPU: 0.500; measured 0.900" in lines[4]
+    assert len(slower.lines()) == 3  # nothing simulated to set beside it
+
+
+def test_a_failed_side_is_said_not_compared():
+    broken = AgainstPlain(_served([50.0] * 4), Served(what="plain:CPU", target="virtual-2x1", requests=2, per_batch=0,
+                                                      error="plain:CPU: no such device"), "CPU", 2, None)
+    assert broken.verdict() == ("verdict: not compared with the plain CPU compile with its own streams: "
+                                "plain:CPU: no such device")
+    assert broken.lines()[1] == "plain:CPU on virtual-2x1: failed: plain:CPU: no such device"
