@@ -399,13 +399,15 @@ def test_auto_for_throughput_on_a_real_target_serves_the_cuts_next_to_the_best_p
     assert int(np.nonzero(gd[1:] != gd[:-1])[0][0]) + 1 == sim_cut + 1  # the measured best, not the simulated
     assert got.info["stages"] == "candidates,served" and "served with 3 requests in flight" in got.info["report"]
     assert float(got.info["served_ratio"]) == pytest.approx(100 / 190, rel=0.01)
-    assert None in cuts  # the best single device was served too: a split must beat it
-    # a budget already spent: the single device and the simulated best are still both served
+    # the best single device is D0, served beside every candidate: it stands in for its HETERO
+    # compile (ratio 1), not served again; a split must beat it
+    assert None not in cuts and "single:D0: D0 alone, served beside each, stands for it" in got.info["report"]
+    # a budget already spent: the simplest split near the simulated best is still served
     fake = _FakeServer(p, best=sim_cut)
     monkeypatch.setattr(auto_mod, "_measurer", lambda *a, **k: fake)
     ctx = PlaceContext(module=m, problem=p, target=real, started=time.monotonic() - 100)
     got = place(Auto(budget=1, learn="no"), ctx)
-    assert len(fake.calls) == 2 and None in [c for c, _, _ in fake.calls]
+    assert [c for c, _, _ in fake.calls] == [sim_cut]
     assert np.unique(got.group_device).size == 2  # the split, served faster than one device
     # splits within noise of one device (at best 3 % faster, windows ±10 %): the single device stays
     fake = _FakeServer(p, best=sim_cut + 1, noise=10.0, peak=103.0)
@@ -413,3 +415,21 @@ def test_auto_for_throughput_on_a_real_target_serves_the_cuts_next_to_the_best_p
     got = place(Auto(budget=0, learn="no"), PlaceContext(module=m, problem=p, target=real))
     assert len(fake.calls) > 2 and "no other candidate served faster beyond noise" in got.info["report"]
     assert got.info["chosen"].startswith("single:") and np.unique(got.group_device).size == 1
+
+
+def test_served_throughput_prefers_the_split_with_fewer_subgraphs_near_the_simulated_best():
+    """Among splits within SERVED_TIE of the simulated best, the one with the fewest HETERO
+    subgraphs is served first and preferred (a balanced four-subgraph optimum served below a
+    two-stage cut); beyond the tie, or against a single device, the simulated best stays."""
+    from hdp.placers.auto import SERVED_TIE, Cand, _simplest
+
+    z = np.zeros(3, np.int16)
+    one = Cand("single:D0", z, 1.0, True)
+    opt = Cand("optimal", z, 0.500, False, subgraphs=4)
+    pipe = Cand("pipeline:D0>D1", z, 0.500 * (1 + SERVED_TIE / 2), False, subgraphs=2)
+    far = Cand("pipeline:D1>D0", z, 0.500 * (1 + 2 * SERVED_TIE), False, subgraphs=2)
+    assert _simplest([one, opt, pipe, far], opt) is pipe
+    assert _simplest([one, opt, far], opt) is opt
+    assert _simplest([one, opt, pipe], one) is one  # a single device is simplest of all
+    three = Cand("heft", z, 0.499, False, subgraphs=3)
+    assert _simplest([one, three, opt, pipe], three) is pipe
