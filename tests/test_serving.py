@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.runtime.measurement import Served
-from hdp.runtime.serving import AgainstPlain, fastest_plain, plain_streams
+from hdp.runtime.serving import AgainstPlain, fastest_plain, plain_streams, plain_streams_config
 from hdp.runtime.target import load_target
 
 
@@ -26,7 +26,8 @@ def _served(rates, what="HETERO:CPU,CPU_B"):
 
 def _against(placed_rates, plain_rates):
     placed, plain = _served(placed_rates), _served(plain_rates, "plain:CPU")
-    return AgainstPlain(placed, plain, "CPU", 2, placed.period_ratio(plain, names=("plain CPU", "placed")))
+    config = plain_streams_config(load_target("virtual-2x1").device("CPU"), 2)
+    return AgainstPlain(placed, plain, "CPU", 2, placed.period_ratio(plain, names=("plain CPU", "placed")), config)
 
 
 def test_the_verdict_follows_the_paired_ratio():
@@ -45,6 +46,10 @@ def test_the_verdict_follows_the_paired_ratio():
     assert "placed vs plain CPU (windows side by side, time per inference): slower by" in lines[2]
     assert "measured/simulated" in lines[3] and "simulated placed/plain CPU: 0.500; measured 0.900" in lines[4]
     assert len(slower.lines()) == 3  # nothing simulated to set beside it
+    # a device that is no CPU gets the plugin's throughput hint, and the verdict says so
+    gpu = AgainstPlain(slower.placed, slower.plain, "GPU", 2, slower.versus,
+                       {"PERFORMANCE_HINT": "THROUGHPUT", "PERFORMANCE_HINT_NUM_REQUESTS": "2"})
+    assert gpu.verdict().endswith("on GPU with PERFORMANCE_HINT=THROUGHPUT, PERFORMANCE_HINT_NUM_REQUESTS=2")
 
 
 def test_a_failed_side_is_said_not_compared():

@@ -315,8 +315,11 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     are served whatever the budget: Inception-V3 kept one device when only it fitted). The first one
     served is kept unless a later one serves faster than the one kept so far beyond noise (its
     measured period, as a multiple of that device's, has a 95 % interval whose upper end is below
-    the kept one's estimate); then that one is kept, and so on down the list. Without a device that
-    runs the whole model, or when nothing could be served, the simulated best."""
+    the kept one's estimate); then that one is kept, and so on down the list. The first device
+    alone, served beside every candidate, stands in for the best single device when it is that
+    device (its ratio is 1 by definition). Without a device that runs the whole model, or when
+    nothing could be served, the simulated best (a split that could not be served is not kept over
+    a single device standing in)."""
     from hdp.placement.simulate import Simulator
 
     p = ctx.problem

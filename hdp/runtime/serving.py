@@ -72,6 +72,13 @@ class AgainstPlain:
     plain_on: str
     requests: int
     versus: Comparison | None
+    plain_config: dict[str, str] | None = None  #: how the plain compile was compiled
+
+    def _how(self) -> str:
+        cfg = self.plain_config or {}
+        if "NUM_STREAMS" in cfg:
+            return f"{cfg['NUM_STREAMS']} streams"
+        return ", ".join(f"{k}={v}" for k, v in cfg.items()) or "its defaults"
 
     def lines(self, simulated: float | None = None, plain_sim: float | None = None) -> list[str]:
         """Each compile's rate, the paired ratio, and (``simulated``: the rate the simulator gave
@@ -106,8 +113,7 @@ class AgainstPlain:
         if self.versus.verdict == "equal":
             return f"verdict: the placement serves as fast as {streams} (no difference beyond noise)"
         return (f"verdict: {streams} serves {self.requests} requests in flight faster beyond noise: for throughput "
-                f"alone on this host, compile the unplaced model on {self.plain_on} with "
-                f"{plain_streams(self.requests)} streams")
+                f"alone on this host, compile the unplaced model on {self.plain_on} with {self._how()}")
 
 
 def serve_against_plain(source, target, device_of, devices, plain_on: str, requests: int, *, batches: int,
@@ -118,10 +124,9 @@ def serve_against_plain(source, target, device_of, devices, plain_on: str, reque
     from hdp.runtime.measure import Measurer
 
     with Measurer(source, target, runs=1, warmup=warmup, timeout=timeout, cache=False) as m:
-        placed, plain = m.serve_beside(device_of, devices, plain_on,
-                                       plain_streams_config(m.target.device(plain_on), requests),
-                                       requests=requests, batches=batches)
+        config = plain_streams_config(m.target.device(plain_on), requests)
+        placed, plain = m.serve_beside(device_of, devices, plain_on, config, requests=requests, batches=batches)
     versus = None
     if placed.ok and plain.ok and len(placed.rates) == len(plain.rates):
         versus = placed.period_ratio(plain, names=(f"plain {plain_on}", "placed"))
-    return AgainstPlain(placed, plain, plain_on, int(requests), versus)
+    return AgainstPlain(placed, plain, plain_on, int(requests), versus, config)
