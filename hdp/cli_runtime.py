@@ -352,11 +352,12 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
         else:
             v = res["placed"]
             click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
-                       + (f"; CPU devices on {v.pinning}" if v.ok and v.pinning else ""))
+                       + (f"; CPU devices {v.pinning}" if v.ok and v.pinning else ""))
             if simulated is not None and v.ok:
                 est, lo, hi = v.estimate()
-                click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated "
-                           f"{est / simulated:.3f} (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
+                ci = (f" (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})" if math.isfinite(lo) and math.isfinite(hi)
+                      else " (no interval)")
+                click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f}{ci}")
         if simulated is None and sim["period"]:
             click.echo(f"(placed for {sim['requests']} requests in flight: no simulated figure for {requests})")
     failed = [v for v in res.values() if not v.ok]

@@ -147,9 +147,12 @@ def show(path: str) -> str:
             pm = placed_from_model(model, p)
         except HdpError as e:
             return text + f"\nnot placed ({e})"
-        counts = Counter(op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops())
+        # counted over the ops hdp places (as `hdp compile`'s "placed N ops" line counts them)
+        aff = {op.get_friendly_name(): op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()}
+        names = {v: k for k, v in module.graph.renamed.items()}
+        counts = Counter(aff.get(names.get(op.name, op.name)) for op in module.graph.ops)
         return text + f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
-            f"{d}: {counts.get(d, 0)}" for d in pm.devices) + "\n" + memory_lines(module, pm) + "\n" \
+            f"{d}: {counts.get(d, 0)} ops" for d in pm.devices) + "\n" + memory_lines(module, pm) + "\n" \
             + PLAIN_READ_WARNING.replace("PLACED", p.stem)
     from hdp.ir.serde import load
 

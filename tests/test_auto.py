@@ -401,7 +401,8 @@ def test_auto_for_throughput_on_a_real_target_serves_the_cuts_next_to_the_best_p
     assert float(got.info["served_ratio"]) == pytest.approx(100 / 190, rel=0.01)
     # the best single device is D0, served beside every candidate: it stands in for its HETERO
     # compile (ratio 1), not served again; a split must beat it
-    assert None not in cuts and "single:D0: D0 alone, served beside each, stands for it" in got.info["report"]
+    assert None not in cuts and "single:D0 is that reference itself, not served apart" in got.info["report"]
+    assert "single:D0 1 (the reference)" in got.info["report"]
     # a budget already spent: the simplest split near the simulated best is still served
     fake = _FakeServer(p, best=sim_cut)
     monkeypatch.setattr(auto_mod, "_measurer", lambda *a, **k: fake)

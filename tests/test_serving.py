@@ -58,3 +58,14 @@ def test_a_failed_side_is_said_not_compared():
     assert broken.verdict() == ("verdict: not compared with the plain CPU compile with its own streams: "
                                 "plain:CPU: no such device")
     assert broken.lines()[1] == "plain:CPU on virtual-2x1: failed: plain:CPU: no such device"
+
+
+def test_a_rate_without_an_interval_says_so_instead_of_printing_infinities():
+    """Too few independent windows for a 95 % interval (here 5; also 12 whose rates drift together):
+    the summary and the measured/simulated line say so (a trial saw "95 % CI -inf-inf")."""
+    drifting = _served([100.0 + 5 * k for k in range(5)])
+    est, lo, hi = drifting.estimate()
+    assert not (np.isfinite(lo) and np.isfinite(hi))
+    assert "no 95 % interval" in drifting.summary() and "inf-" not in drifting.summary()
+    ap = AgainstPlain(drifting, _served([100.0] * 5, "plain:CPU"), "CPU", 2, None)
+    assert ap.lines(simulated=100.0)[2].endswith("(no interval)")

@@ -49,7 +49,7 @@ def method_lines(module, target) -> list[str]:
         lines.append(f"{method}: moved {info['untangled_groups']} tie groups to other devices so that HETERO "
                      f"cuts no subgraph holding a state (ReadValue/Assign; see hdp.placement.subgraphs){was}")
     if info.get("kept_single"):  # optimal's margin: the mixed optimum was not predicted faster enough
-        lines.append(f"{method}: kept {info['kept_single']} (`--method {method}:margin=0` keeps the mixed optimum)")
+        lines.append(f"{method}: kept {info['kept_single']} (`--method {method} --set margin=0` keeps the mixed optimum)")
     if info.get("fallback"):
         lines.append(f"(the placement above failed its check; written instead: every op on {info['fallback'][7:]})")
     if "simulated" in info:

@@ -252,9 +252,11 @@ def _by_objective(ctx, cands: list[Cand], lines: list[str], info: dict) -> Place
     single-request latencies, and the learner's reward is one, so neither runs; ``hdp evaluate
     --objective throughput`` measures the result."""
     win = _simulated_best(cands)
-    lines.append(f"kept {win.label} ({ms(win.sim)} per request simulated): the lowest simulated "
-                 f"{ctx.problem.objective.label()} (simulated only: auto's measured stages time single HETERO "
-                 f"requests; `hdp evaluate` measures this objective)")
+    real = ctx.target is not None and ctx.target.is_real
+    lines.append(f"kept {win.label} ({ms(win.sim)} per request simulated): the lowest simulated cost per request "
+                 f"under {ctx.problem.objective.label()} "
+                 + ("(simulated only: `hdp evaluate` measures this objective)" if real
+                    else "(a modeled target: the simulator is the measure here)"))
     from hdp.placement.simulate import Simulator
 
     info.update(Simulator(ctx.problem).report(win.gd))
@@ -349,7 +351,7 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
         # compile (the same graph), at a ratio of 1, and a split must serve faster than it beyond noise
         served.append((singles[0].name, np.asarray(singles[0].gd, np.int16), 1.0, 1.0, 1.0))
         seen.add(np.asarray(singles[0].gd, np.int16).tobytes())
-        stand_in = f" ({singles[0].name}: {plain} alone, served beside each, stands for it)"
+        stand_in = f"; {singles[0].name} is that reference itself, not served apart"
     # the single device and the simplest near-best split are served whatever the budget
     must = len({np.asarray(gd, np.int16).tobytes() for _, gd in queue[:2]})
     measurer = _measurer(o, ctx)
@@ -374,7 +376,8 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
         return _by_objective(ctx, cands, lines, info)
     lines.append(f"served with {n} requests in flight, each beside {plain} alone as the target configures it "
                  f"(seconds per request as a multiple of that device's, 95 % CI){stand_in}: "
-                 + ", ".join(f"{nm} {r:.3f} [{lo:.3f}, {hi:.3f}]" for nm, _, r, lo, hi in served))
+                 + ", ".join(f"{nm} 1 (the reference)" if stand_in and k == 0 else f"{nm} {r:.3f} [{lo:.3f}, {hi:.3f}]"
+                             for k, (nm, _, r, lo, hi) in enumerate(served)))
     # served in preference order: each replaces the one kept so far only when it serves faster
     # beyond noise (its whole interval below the kept one's estimate)
     best, why = served[0], []

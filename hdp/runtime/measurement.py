@@ -14,6 +14,7 @@ These are values: nothing here starts a worker or compiles anything.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -319,6 +320,7 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
         if not self.ok:
             return f"failed: {self.error}"
         est, lo, hi = self.estimate()
-        return (f"{est:.1f} inferences/s with {self.requests} in flight (95 % CI {lo:.1f}-{hi:.1f}, "
-                f"{len(self.rates)} windows of {self.per_batch})")
+        ci = (f"95 % CI {lo:.1f}-{hi:.1f}" if math.isfinite(lo) and math.isfinite(hi)
+              else "no 95 % interval: too few independent windows")
+        return f"{est:.1f} inferences/s with {self.requests} in flight ({ci}, {len(self.rates)} windows of {self.per_batch})"
 

@@ -4,6 +4,7 @@ the rate the simulator gives it, and the two served side by side (:func:`serve_a
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -85,14 +86,15 @@ class AgainstPlain:
         the placement; ``plain_sim``: the plain compile's, :func:`simulated_plain_rate`) the
         measured rate against the simulated one, with and without the host's drift."""
         out = [f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
-               + (f"; CPU devices on {v.pinning}" if v.ok and v.pinning else "") for v in (self.placed, self.plain)]
+               + (f"; CPU devices {v.pinning}" if v.ok and v.pinning else "") for v in (self.placed, self.plain)]
         if self.versus is not None:
             out.append(f"placed vs plain {self.plain_on} (windows side by side, time per inference): "
                        f"{self.versus.describe()}")
         if simulated and self.placed.ok:
             est, lo, hi = self.placed.estimate()
-            out.append(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f} "
-                       f"(95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})")
+            ci = (f" (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})" if math.isfinite(lo) and math.isfinite(hi)
+                  else " (no interval)")
+            out.append(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f}{ci}")
             if plain_sim and self.versus is not None and self.versus.low > 0:
                 want, got = simulated / plain_sim, 1 / self.versus.ratio
                 out.append(f"simulated placed/plain {self.plain_on}: {want:.3f}; measured {got:.3f} (95 % CI "
