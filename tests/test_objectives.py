@@ -574,7 +574,7 @@ def test_auto_tries_two_stage_pipelines_for_throughput():
     cut of the groups' topological order: two HETERO submodels, devices allowed, memory fitting."""
     import msgspec
 
-    from hdp.placers.auto import pipeline_candidates
+    from hdp.placers.pipelines import pipeline_candidates
 
     types = ["Parameter"] + ["MatMul"] * 6 + ["Result"]
     edges = [(i, i + 1) for i in range(7)]
@@ -672,3 +672,25 @@ def test_the_partition_pass_takes_a_hand_off_only_for_throughput():
                      ({"objective": "throughput", "handoff": "-1"}, "between 0 and 10")):
         with pytest.raises(InputError, match=msg):
             PartitionPass.goal_fields(bad)
+
+
+def test_optimal_under_throughput_is_never_above_the_best_two_stage_pipeline_in_simulation():
+    """optimal's program charges the served overhead per copy received (a stand-in for per
+    subgraph); with skip connections every cut sends two copies, so the program's answer is priced
+    above the best two-stage cut by the simulator: optimal keeps the cut and says so."""
+    from hdp.placement.problem import build_problem
+    from hdp.placers.options import method_from
+    from hdp.placers.pipelines import pipeline_candidates
+
+    n = 12
+    types = ["Parameter"] + ["MatMul"] * n + ["Result"]
+    edges = sorted([(i, i + 1) for i in range(n + 1)] + [(i, i + 2) for i in range(1, n - 1)])
+    t = np.array([[0, 0]] + [[1, 1]] * n + [[0, 0]], float) * 1e-5
+    m = make_module(types, edges, t, lat=1e-6, bw=1e12, ovh=1e-5)
+    for handoff in (0.0, 4e-5):
+        p = build_problem(m, ("D0", "D1")).with_objective(Throughput(requests=2, handoff=handoff))
+        sim = Simulator(p)
+        got = place(method_from("optimal", {"margin": 0.0}), PlaceContext(module=m, problem=p))
+        best = min(sim.cost(gd) for _, gd, _ in pipeline_candidates(p, sim))
+        assert sim.cost(got.group_device) == pytest.approx(best)
+        assert got.info["pipeline"].startswith("pipeline:D0>D1") and "instead of the program's optimum" in got.info["pipeline"]

@@ -35,7 +35,7 @@ class PartitionPass(Pass, tag="partition"):
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 11  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule; each device's memory model (overhead, weight copies); the executor's conversions; throughput: two-stage pipeline candidates; the served hand-off, each single device's latency recorded; auto serves its throughput candidates, simplest split first
+    version = 12  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule; each device's memory model (overhead, weight copies); the executor's conversions; throughput: two-stage pipeline candidates; the served hand-off, each single device's latency recorded; auto serves its throughput candidates, simplest split first; optimal under throughput never above the best two-stage pipeline
 
     def needs(self) -> tuple[str, ...]:
         """``graph`` and ``support``, and the stages the method needs on this target."""

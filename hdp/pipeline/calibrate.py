@@ -321,14 +321,14 @@ PIPELINE_REQUESTS = 2
 
 def pipeline_design(module, problem, *, requests: int = PIPELINE_REQUESTS) -> list[Design]:
     """Placements served to fit the throughput objective's hand-off: fitted, the best two-stage
-    pipeline from the first device to the second (:func:`hdp.placers.auto.pipeline_candidates`),
+    pipeline from the first device to the second (:func:`hdp.placers.pipelines.pipeline_candidates`),
     the throughput-optimal placement without a hand-off (HiGHS; it splits into more subgraphs) and
     contiguous blocks alternating devices in 3 and 5 parts of equal compute; held out, the other
     two-stage pipelines and 9 alternating blocks."""
     from hdp.placement.objective import Throughput
     from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext
-    from hdp.placers.auto import pipeline_candidates
+    from hdp.placers.pipelines import pipeline_candidates
     from hdp.placers.classical import optimal
     from hdp.placers.options import Optimal
 

@@ -48,6 +48,8 @@ def method_lines(module, target) -> list[str]:
         was = f"; simulated {float(info['untangled_from_s']) * 1e3:.3f} ms before" if info.get("untangled_from_s") else ""
         lines.append(f"{method}: moved {info['untangled_groups']} tie groups to other devices so that HETERO "
                      f"cuts no subgraph holding a state (ReadValue/Assign; see hdp.placement.subgraphs){was}")
+    if info.get("pipeline"):  # optimal under throughput: a two-stage cut priced below the program's answer
+        lines.append(f"{method}: kept {info['pipeline']}")
     if info.get("kept_single"):  # optimal's margin: the mixed optimum was not predicted faster enough
         lines.append(f"{method}: kept {info['kept_single']} (`--method {method} --set margin=0` keeps the mixed optimum)")
     if info.get("fallback"):
