@@ -77,7 +77,11 @@ def cut_at(base, frac: float, first: str, second: str):
 
 
 def server(compiled, x, n: int, per_window: int):
+    """A callable timing one steady-state window of ``compiled`` with ``n`` inferences in flight
+    (:func:`hdp.runtime.worker.steady_window`, as hdp serves)."""
     import openvino as ov
+
+    from hdp.runtime.worker import steady_window
 
     q = ov.AsyncInferQueue(compiled, n)
     for r in q:
@@ -88,14 +92,8 @@ def server(compiled, x, n: int, per_window: int):
     for _ in range(3 * n):
         q.start_async()
     q.wait_all()
-
-    def window() -> float:
-        done.clear()
-        for _ in range(per_window + 2 * n):
-            q.start_async()
-        q.wait_all()
-        d = sorted(done)[n:n + per_window + 1]
-        return per_window / (d[-1] - d[0])
+    window = steady_window(q, n, per_window, done)
+    window.queue = q  # kept alive with the callable
     return window
 
 

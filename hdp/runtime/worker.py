@@ -119,6 +119,22 @@ def _fault() -> None:
         raise RuntimeError("injected fault (HDP_MEASURE_FAULT=raise)")
 
 
+
+def steady_window(queue, requests: int, per_batch: int, done: list[float]):
+    """A callable running one window on ``queue`` (an ``AsyncInferQueue`` whose callback appends
+    each completion's ``time.perf_counter()`` to ``done``) and returning its rate in steady state:
+    ``per_batch + 2 * requests`` inferences are submitted and the ``per_batch`` completions after the
+    first ``requests`` are timed between completions (see :meth:`Worker._serving`)."""
+
+    def window() -> float:
+        done.clear()
+        for _ in range(per_batch + 2 * requests):
+            queue.start_async()
+        queue.wait_all()
+        stamps = sorted(done)[requests:requests + per_batch + 1]
+        return per_batch / max(stamps[-1] - stamps[0], 1e-12)
+    return window
+
 class Worker:
     """Holds one model and answers requests about it."""
 
@@ -449,14 +465,7 @@ class Worker:
         if per_batch <= 0:  # windows of about SERVE_WINDOW seconds, judged by the warm-up
             per_batch = max(4 * n, int(SERVE_WINDOW * n_warm / max(time.perf_counter() - t0, 1e-9)))
 
-        def window() -> float:
-            done.clear()
-            for _ in range(per_batch + 2 * n):
-                queue.start_async()
-            queue.wait_all()
-            stamps = sorted(done)[n:n + per_batch + 1]
-            return per_batch / max(stamps[-1] - stamps[0], 1e-12)
-
+        window = steady_window(queue, n, per_batch, done)
         window.per_batch = per_batch
         window.queue = queue  # kept alive with the callable
         return window
