@@ -307,7 +307,7 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
     from hdp.runtime.measure import Measurer, placed_device_of
     from hdp.runtime.measurement import MeasureError
     from hdp.runtime.placed import model_info, read_placed
-    from hdp.runtime.serving import serve_against_plain, simulated_plain_rate
+    from hdp.runtime.serving import serve_against_plain, served_lines, simulated_plain_rate
 
     dev, devs, tgt = placed_device_of(placed, tgt)
     model = read_placed(placed).model
@@ -350,14 +350,8 @@ def _evaluate_throughput(placed: str, tgt, *, requests, runs, warmup, timeout, p
             for line in against.lines(simulated, plain_sim) + [against.verdict()]:
                 click.echo(line)
         else:
-            v = res["placed"]
-            click.echo(f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
-                       + (f"; CPU devices {v.pinning}" if v.ok and v.pinning else ""))
-            if simulated is not None and v.ok:
-                est, lo, hi = v.estimate()
-                ci = (f" (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})" if math.isfinite(lo) and math.isfinite(hi)
-                      else " (no interval)")
-                click.echo(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f}{ci}")
+            for line in served_lines(res["placed"], simulated):
+                click.echo(line)
         if simulated is None and sim["period"]:
             click.echo(f"(placed for {sim['requests']} requests in flight: no simulated figure for {requests})")
     failed = [v for v in res.values() if not v.ok]

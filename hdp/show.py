@@ -60,6 +60,14 @@ def describe(m: Module) -> str:
     return "\n".join(lines)
 
 
+def op_affinities(module: Module, pm) -> list[str | None]:
+    """The affinity written for each of ``module``'s ops (None where the placed model has none),
+    matched by name through the lowering's renames: the ops hdp places, as compile counts them."""
+    aff = {op.get_friendly_name(): op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()}
+    names = {v: k for k, v in module.graph.renamed.items()}
+    return [aff.get(names.get(op.name, op.name)) for op in module.graph.ops]
+
+
 def memory_report(module: Module, pm) -> list[dict]:
     """Per device of a placed model: its stored weights as written (``stored``), its estimated
     memory (``estimate``, :mod:`hdp.placement.memory`) and its capacity (``capacity``, bytes or
@@ -70,10 +78,7 @@ def memory_report(module: Module, pm) -> list[dict]:
     from hdp.runtime.placed import weight_bytes_by_device
 
     devs = tuple(pm.devices)
-    aff = {op.get_friendly_name(): op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()}
-    names = {v: k for k, v in module.graph.renamed.items()}
-    per_op = np.array([devs.index(aff[names.get(op.name, op.name)]) if aff.get(names.get(op.name, op.name)) in devs
-                       else 0 for op in module.graph.ops], np.int64)
+    per_op = np.array([devs.index(d) if d in devs else 0 for d in op_affinities(module, pm)], np.int64)
     problem = build_problem(module, devs, capacity=pm.capacities(), device_memory=device_memory(pm.target))
     est = Simulator(problem).memory(problem.structure.group_devices(per_op))
     held = weight_bytes_by_device(pm)
@@ -147,10 +152,7 @@ def show(path: str) -> str:
             pm = placed_from_model(model, p)
         except HdpError as e:
             return text + f"\nnot placed ({e})"
-        # counted over the ops hdp places (as `hdp compile`'s "placed N ops" line counts them)
-        aff = {op.get_friendly_name(): op.get_rt_info()["affinity"].astype(str) for op in pm.model.get_ordered_ops()}
-        names = {v: k for k, v in module.graph.renamed.items()}
-        counts = Counter(aff.get(names.get(op.name, op.name)) for op in module.graph.ops)
+        counts = Counter(op_affinities(module, pm))  # over the ops hdp places, as compile counts them
         return text + f"\nplaced ({pm.method}) on {', '.join(pm.devices)}: " + ", ".join(
             f"{d}: {counts.get(d, 0)} ops" for d in pm.devices) + "\n" + memory_lines(module, pm) + "\n" \
             + PLAIN_READ_WARNING.replace("PLACED", p.stem)

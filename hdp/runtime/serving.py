@@ -37,11 +37,35 @@ def simulated_plain_rate(device, singles: str | None, requests: int) -> float | 
     if not (singles and device.plugin_name.startswith("CPU")
             and str(device.config.get("INFERENCE_NUM_THREADS", "")) == "1"):
         return None
-    seconds = dict(item.split("=", 1) for item in singles.split(",") if "=" in item).get(device.name)
-    try:
-        return plain_streams(requests) / float(seconds) if seconds and float(seconds) > 0 else None
-    except ValueError:
-        return None
+    seconds = singles_seconds(singles).get(device.name, 0.0)
+    return plain_streams(requests) / seconds if seconds > 0 else None
+
+
+def singles_seconds(singles: str | None) -> dict[str, float]:
+    """Each device's simulated single-device latency from the placed model's record
+    (``DEV=SECONDS,...``); unreadable entries are left out."""
+    out: dict[str, float] = {}
+    for item in (singles or "").split(","):
+        name, _, value = item.partition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def served_lines(served: Served, simulated: float | None = None) -> list[str]:
+    """A served compile's rate in one line, and (``simulated``: the rate the simulator gave it)
+    measured over simulated with its interval."""
+    out = [f"{served.what} on {served.target}: {served.summary()}"
+           + (f"; compile {served.compile_seconds:.2f} s" if served.ok else "")
+           + (f"; CPU devices {served.pinning}" if served.ok and served.pinning else "")]
+    if simulated and served.ok:
+        est, lo, hi = served.estimate()
+        ci = (f" (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})" if math.isfinite(lo) and math.isfinite(hi)
+              else " (no interval)")
+        out.append(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f}{ci}")
+    return out
 
 
 def fastest_plain(target, singles: str | None) -> str | None:
@@ -51,13 +75,7 @@ def fastest_plain(target, singles: str | None) -> str | None:
     real = [d.name for d in target.devices if d.kind == "real"]
     if not real:
         return None
-    sec: dict[str, float] = {}
-    for item in (singles or "").split(","):
-        name, _, value = item.partition("=")
-        try:
-            sec[name] = float(value)
-        except ValueError:
-            continue
+    sec = singles_seconds(singles)
     known = [d for d in real if d in sec and sec[d] > 0]
     return min(known, key=sec.get) if known else real[0]
 
@@ -85,16 +103,13 @@ class AgainstPlain:
         """Each compile's rate, the paired ratio, and (``simulated``: the rate the simulator gave
         the placement; ``plain_sim``: the plain compile's, :func:`simulated_plain_rate`) the
         measured rate against the simulated one, with and without the host's drift."""
-        out = [f"{v.what} on {v.target}: {v.summary()}" + (f"; compile {v.compile_seconds:.2f} s" if v.ok else "")
-               + (f"; CPU devices {v.pinning}" if v.ok and v.pinning else "") for v in (self.placed, self.plain)]
+        placed = served_lines(self.placed, simulated)
+        out = placed[:1] + served_lines(self.plain)
         if self.versus is not None:
             out.append(f"placed vs plain {self.plain_on} (windows side by side, time per inference): "
                        f"{self.versus.describe()}")
+        out += placed[1:]
         if simulated and self.placed.ok:
-            est, lo, hi = self.placed.estimate()
-            ci = (f" (95 % CI {lo / simulated:.3f}-{hi / simulated:.3f})" if math.isfinite(lo) and math.isfinite(hi)
-                  else " (no interval)")
-            out.append(f"simulated when placed: {simulated:.1f} inferences/s; measured/simulated {est / simulated:.3f}{ci}")
             if plain_sim and self.versus is not None and self.versus.low > 0:
                 want, got = simulated / plain_sim, 1 / self.versus.ratio
                 out.append(f"simulated placed/plain {self.plain_on}: {want:.3f}; measured {got:.3f} (95 % CI "

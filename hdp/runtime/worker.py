@@ -119,7 +119,6 @@ def _fault() -> None:
         raise RuntimeError("injected fault (HDP_MEASURE_FAULT=raise)")
 
 
-
 def steady_window(queue, requests: int, per_batch: int, done: list[float]):
     """A callable running one window on ``queue`` (an ``AsyncInferQueue`` whose callback appends
     each completion's ``time.perf_counter()`` to ``done``) and returning its rate in steady state:
@@ -134,6 +133,7 @@ def steady_window(queue, requests: int, per_batch: int, done: list[float]):
         stamps = sorted(done)[requests:requests + per_batch + 1]
         return per_batch / max(stamps[-1] - stamps[0], 1e-12)
     return window
+
 
 class Worker:
     """Holds one model and answers requests about it."""
