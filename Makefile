@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hdp-installed
-# Numba kernels compiled ahead of time into ~/.cache/hdp/numba (hdp/warmup.py), again when the code changes
+# Numba kernels compiled ahead of time into ~/.cache/hdp/numba (hdp/pipeline/warmup.py), again when the code changes
 WARM   := $(VENV)/.hdp-kernels-cached
 # ... and for the test suite into this checkout (tests/conftest.py): `make test` leaves ~/.cache/hdp alone
 TEST_NUMBA := $(CURDIR)/.numba-cache
@@ -18,15 +18,15 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned: this build is the CPU one on these machines (an unpinned torch is CUDA, GBs)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,zoo,plot]'
+	$(BIN)/pip install -q -e '.[dev,zoo,plot,ray]'
 	touch $(STAMP)
 
-$(WARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py)
-	$(BIN)/python -m hdp.warmup
+$(WARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py hdp/*/*/*.py)
+	$(BIN)/python -m hdp.pipeline.warmup
 	touch $(WARM)
 
-$(TESTWARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py)
-	NUMBA_CACHE_DIR=$(TEST_NUMBA) $(BIN)/python -m hdp.warmup
+$(TESTWARM): $(STAMP) $(wildcard hdp/*.py hdp/*/*.py hdp/*/*/*.py)
+	NUMBA_CACHE_DIR=$(TEST_NUMBA) $(BIN)/python -m hdp.pipeline.warmup
 	touch $(TESTWARM)
 
 install: $(STAMP) $(WARM)

@@ -79,10 +79,10 @@ def verdicts(auto_ir: str, opt_ir: str, max_seconds: float) -> dict:
 
     sys.path.insert(0, str(ROOT))
     from hdp.ir.serde import load as load_module
-    from hdp.runtime import stats
-    from hdp.runtime.measure import Measurer
-    from hdp.runtime.measurement import placed, unplaced
-    from hdp.runtime.target import load_target
+    from hdp.runtime.measure import stats
+    from hdp.runtime.measure.measurement import placed, unplaced
+    from hdp.runtime.measure.measurer import Measurer
+    from hdp.target.target import load_target
 
     ma, mo = load_module(auto_ir), load_module(opt_ir)
     if ma.graph.n_ops != mo.graph.n_ops:
@@ -175,10 +175,10 @@ def main():
     if a.remeasure:
         return remeasure(a)
     sys.path.insert(0, str(ROOT))
-    from hdp import zoo
-    from hdp.runtime.host import host_facts, host_fingerprint
-
     import openvino as ov
+
+    from hdp.target.host import host_facts, host_fingerprint
+    from hdp.zoo import models as zoo
 
     today = dt.date.today().isoformat()
     out = Path(a.out) if a.out else ROOT / "bench" / "results" / f"auto-virtual-{today}"

@@ -6,7 +6,7 @@
 import pytest
 
 from hdp.ir import serde
-from hdp.synth import random_module
+from hdp.zoo.synth import random_module
 
 N = 100_000
 
@@ -38,9 +38,9 @@ def test_digest_1e5_ops(benchmark, big):
 def zoo_model(tmp_path_factory):
     import importlib.util
 
-    if importlib.util.find_spec("keras") is None:  # importing keras needs its backend set (hdp.zoo does)
+    if importlib.util.find_spec("keras") is None:  # importing keras needs its backend set (hdp.zoo.models does)
         pytest.skip("keras not installed (pip install 'hdp[zoo]')")
-    from hdp.zoo import export
+    from hdp.zoo.models import export
 
     return export("resnet50", tmp_path_factory.mktemp("zoo") / "resnet50.xml")
 
@@ -49,4 +49,4 @@ def test_lower_resnet50(benchmark, zoo_model):
     from hdp.ir.openvino_frontend import lower
 
     m = benchmark.pedantic(lower, args=(zoo_model,), rounds=3, iterations=1)
-    assert m.graph.n_ops == 288  # the keras ResNet50 of hdp.zoo
+    assert m.graph.n_ops == 288  # the keras ResNet50 of hdp.zoo.models

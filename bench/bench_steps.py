@@ -1,7 +1,7 @@
 """Wall time of the pipeline's steps on a ~500-op zoo model (inception_v3, 501 ops) on ``virtual``.
 
-Run: ``python -m pytest bench/bench_steps.py --benchmark-only -o addopts=""`` (see bench/README.md,
-section "Pipeline steps"). The model is built once and cached under ``~/.cache/hdp/zoo`` (about
+Run: ``python -m pytest bench/bench_steps.py --benchmark-only -o addopts=""`` (see
+bench/topics/steps.md). The model is built once and cached under ``~/.cache/hdp/zoo`` (about
 30 s the first time). ``support`` and ``profile`` run on the real devices of ``virtual`` (the CPU
 plugin and the same plugin registered again as CPU_B) and are timed as the passes' ``run``, without
 the pass cache: what a user waits for on a cache miss. ``lower``, ``features`` and ``coarsen`` are
@@ -13,14 +13,14 @@ from __future__ import annotations
 import pytest
 
 from hdp.passes.registry import registry
-from hdp.runtime.target import load_target
+from hdp.target.target import load_target
 
 MODEL = "inception_v3"
 
 
 @pytest.fixture(scope="module")
 def xml():
-    from hdp import zoo
+    from hdp.zoo import models as zoo
 
     return zoo.cached(MODEL)
 
@@ -76,7 +76,7 @@ def test_profile(benchmark, supported, target):
     """The profile pass with its default options (what ``ProfilePass.run`` calls), one round per
     worker: start and model read, compiles and warm-ups, timed runs, reading the runtime graphs,
     attribution. ``extra_info["stages"]`` holds each round's seconds per stage."""
-    from hdp.runtime.profile import profile_costs
+    from hdp.runtime.costs.profile import profile_costs
 
     p = registry()["profile"](target=target)
     rounds = []

@@ -2,7 +2,7 @@
 
     NUMBA_NUM_THREADS=1 python -m pytest bench/bench_structure.py --benchmark-only
 
-Graphs come from :func:`hdp.synth.random_module`, built once per size outside the timed region;
+Graphs come from :func:`hdp.zoo.synth.random_module`, built once per size outside the timed region;
 kernels are compiled (or loaded from numba's cache) before timing. The ``coarsen-vs-networkx``
 group times hdp's rules (a) + (b) against a straightforward networkx implementation of the same
 rules (the reference of tests/test_coarsen.py) on the same graph; each entry's ``extra_info``
@@ -20,7 +20,7 @@ import pytest
 
 from hdp.passes.coarsen import CoarsenPass
 from hdp.passes.features import FeaturesPass
-from hdp.synth import random_module
+from hdp.zoo.synth import random_module
 
 SIZES = [10_000, 100_000, 1_000_000]
 NX_SIZES = [10_000, 100_000]

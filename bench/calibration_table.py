@@ -4,7 +4,7 @@
     python bench/calibration_table.py --from-json bench/results/calibration-virtual-DATE.json --out bench/results
 
 For each model: lower, ``support``, ``profile`` and ``coarsen`` (pass cache of ``--cache-dir``), then the
-calibration design of :mod:`hdp.runtime.calibrate` measured head to head with the reference placement
+calibration design of :mod:`hdp.runtime.costs.calibrate` measured head to head with the reference placement
 (every op on the first device), interleaved run by run. One boundary model is fitted on the fitted
 placements of every model together (with a profile scale and device scales per model); the errors are
 those of the **held-out** placements (heft and random per coarse group, never fitted), as
@@ -54,7 +54,7 @@ def _pct(x: float, signed: bool = False) -> str:
 
 def observations(rec: Record) -> list:
     """The record's observations (an interval JSON could not hold, written as null, reads as none)."""
-    from hdp.runtime import calibrate as C
+    from hdp.runtime.costs import calibrate as C
 
     out = []
     for o in rec.observations:
@@ -66,7 +66,7 @@ def observations(rec: Record) -> list:
 
 
 def render(rec: Record, cal, target) -> str:
-    from hdp.runtime import calibrate as C
+    from hdp.runtime.costs import calibrate as C
 
     obs = observations(rec)
     nd = len(target.devices)
@@ -81,7 +81,7 @@ def render(rec: Record, cal, target) -> str:
              f"2 cores shared with other agents' jobs while measuring" if loads else "- load: not recorded",
              f"- {len(obs)} placements measured, each head to head with the reference (every op on "
              f"{target.devices[0].name}), interleaved run by run; ratios are Hodges-Lehmann estimates of "
-             f"placement / reference with 95 % intervals (hdp/runtime/stats.py)", "",
+             f"placement / reference with 95 % intervals (hdp/runtime/measure/stats.py)", "",
              "## Fitted boundary model", "",
              f"- calibrated: {cal.boundary.describe()}",
              f"- the target's guess: {before.describe()}", ""]
@@ -152,7 +152,7 @@ def machine() -> str:
     import os
     import platform
 
-    from hdp.runtime.host import host_facts
+    from hdp.target.host import host_facts
 
     f = host_facts()
     return f"{f['cpu']}, {os.cpu_count()} cores, openvino {f['openvino']}, python {platform.python_version()}"
@@ -176,13 +176,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
-    from hdp.cache import default_cache_dir
-    from hdp.fsutil import atomic_write
+    from hdp.base.cache import default_cache_dir
+    from hdp.base.fsutil import atomic_write
+    from hdp.cli.calibrate import prepare
     from hdp.passes.cache import PassCache
     from hdp.pipeline import calibrate as experiment
-    from hdp.runtime import calibrate as C
-    from hdp.runtime.target import load_target
-    from hdp.cli_calibrate import prepare
+    from hdp.runtime.costs import calibrate as C
+    from hdp.target.target import load_target
 
     target = load_target(args.target)
     root = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
             if model.endswith(".xml"):
                 xml = Path(model)
             else:
-                from hdp.zoo import export
+                from hdp.zoo.models import export
 
                 xml = export(model, work / f"{model}.xml")
             module = prepare(xml, target, {}, cache)

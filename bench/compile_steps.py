@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--method", default="optimal")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from hdp import zoo
+    from hdp.zoo import models as zoo
 
     xml = zoo.cached(a.model)
     rows: dict[str, list[float]] = {}

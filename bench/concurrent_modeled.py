@@ -57,15 +57,15 @@ def towers_xml(tmp: Path) -> Path:
 
 
 def evaluate(xml: Path, target_name: str, cache_dir: str | None, cp_sat: float = 60.0, workers: int = 2) -> dict:
-    from hdp.cli_calibrate import prepare
-    from hdp.cli_common import pass_cache
+    from hdp.cli.calibrate import prepare
+    from hdp.cli.common import pass_cache
     from hdp.placement.objective import Concurrent, Latency
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
     from hdp.placers.refine import refine
-    from hdp.runtime.target import load_target
+    from hdp.target.target import load_target
 
     tgt = load_target(target_name)
     module = prepare(str(xml), tgt, None, pass_cache(cache_dir, False))
@@ -138,7 +138,7 @@ def main() -> None:
             r = evaluate(xml, t, args.cache_dir, args.cp_sat, args.workers)
             rows.append(r)
             if args.json:  # after every row: a model that fails later loses none of them
-                from hdp.fsutil import atomic_write
+                from hdp.base.fsutil import atomic_write
 
                 atomic_write(args.json, json.dumps(rows, indent=1).encode())
             if "cp_sat" in r:

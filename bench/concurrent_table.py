@@ -7,7 +7,7 @@
 
 For each placed model (the built-in one is placed tower by tower: tower A and the rest on CPU,
 tower B on CPU_B of ``virtual-2x1``), these candidates are timed **interleaved** in one process,
-one inference each per round in a balanced rotating order (:func:`hdp.runtime.stats.round_order`):
+one inference each per round in a balanced rotating order (:func:`hdp.runtime.measure.stats.round_order`):
 
 - ``concurrent``: ``compile_placed(xml, execution="concurrent")``, the device subgraphs at once;
 - ``concurrent-unpinned``: the same with the lanes not pinned (every device's ``ENABLE_CPU_PINNING``
@@ -19,13 +19,13 @@ one inference each per round in a balanced rotating order (:func:`hdp.runtime.st
 
 With ``--simulate`` the model is also profiled on the target (``support``, ``profile``, ``coarsen``
 passes, cached in ``--cache-dir``) and the executor's own costs are measured on this host
-(:func:`hdp.runtime.concurrent.fit_executor_costs`; ``hdp calibrate``'s, conversions fitted on
+(:func:`hdp.runtime.costs.executor.fit_executor_costs`; ``hdp calibrate``'s, conversions fitted on
 executor runs, when the cache holds a calibration of the target), and the table gives
 the simulated latency of each placed candidate beside its measured median, with the error
 ``simulated / measured - 1``.
 
 Every candidate's outputs are first checked against ``cpu-all`` (relative L2 error). Then each is
-compared with ``concurrent`` by :func:`hdp.runtime.stats.compare` (paired log-ratios, Hodges-Lehmann
+compared with ``concurrent`` by :func:`hdp.runtime.measure.stats.compare` (paired log-ratios, Hodges-Lehmann
 estimate, 95 % interval; the family of comparisons holds together at 95 %). Run it under
 ``flock /work/measure.lock`` and report the load average it prints. Nothing here is asserted.
 """
@@ -51,7 +51,7 @@ def two_towers(tmp: Path, n: int = 384, depth: int = 6, depth_b: int | None = No
     import openvino as ov
     from openvino import opset13 as ops
 
-    from hdp.runtime.target import load_target
+    from hdp.target.target import load_target
 
     rng = np.random.default_rng(0)
     x = ops.parameter([1, n, n], np.float32, name="x")
@@ -92,7 +92,7 @@ def place_zoo(name: str, tmp: Path, method: str, target: str) -> Path:
     """A zoo model exported (cached) and placed by ``hdp compile --method METHOD --target TARGET``."""
     import subprocess
 
-    from hdp.zoo import export
+    from hdp.zoo.models import export
 
     xml = export(name, tmp / f"{name}.xml")
     out = tmp / f"{name}-{method}-placed.xml"
@@ -104,7 +104,7 @@ def place_zoo(name: str, tmp: Path, method: str, target: str) -> Path:
 
 def _inputs(model) -> list:
     from hdp.ir.specialise import Specialisation
-    from hdp.runtime.worker import _recorded_spec, random_inputs
+    from hdp.runtime.measure.worker import _recorded_spec, random_inputs
 
     spec = _recorded_spec(model)
     shapes = None
@@ -125,8 +125,8 @@ def _unpinned(target):
 def candidates(xml: Path) -> tuple[dict, list]:
     import openvino as ov
 
-    from hdp.runtime.devices import make_core
-    from hdp.runtime.placed import compile_placed, read_placed
+    from hdp.runtime.placed.model import compile_placed, read_placed
+    from hdp.target.devices import make_core
 
     pm = read_placed(xml)
     core = make_core(pm.target, pm.devices)
@@ -158,7 +158,7 @@ def measure_candidates(cands: dict, inputs: list, rounds: int, base: str, warmup
     """Time compiled candidates (name -> something called like a compiled model) on the same
     ``inputs``, one inference each per round in a balanced rotating order, after checking each
     one's outputs against the last candidate's; every candidate compared with ``base``."""
-    from hdp.runtime.stats import compare, round_order
+    from hdp.runtime.measure.stats import compare, round_order
 
     names = list(cands)
     reqs = {}
@@ -199,11 +199,11 @@ def measure_candidates(cands: dict, inputs: list, rounds: int, base: str, warmup
 def simulated(xml: Path, cache_dir: str | None, executor) -> dict:
     """Simulated seconds of the file's placement: ``concurrent`` (the executor's subgraphs, with
     ``executor``'s costs), ``hetero`` (sequential) and ``single:<dev>`` for every device."""
-    from hdp.cli_calibrate import prepare
-    from hdp.cli_common import pass_cache
+    from hdp.cli.calibrate import prepare
+    from hdp.cli.common import pass_cache
     from hdp.placement.problem import build_problem
-    from hdp.runtime.measure import placed_device_of
     from hdp.placement.simulate import Simulator
+    from hdp.runtime.measure.measurer import placed_device_of
 
     dev, devices, tgt = placed_device_of(xml)
     module = prepare(str(xml), tgt, None, pass_cache(cache_dir, False))
@@ -267,13 +267,13 @@ def main() -> None:
     for f in files:
         sim = None
         if args.simulate:
-            from hdp.runtime.concurrent import fit_executor_costs
-            from hdp.runtime.placed import read_placed
+            from hdp.runtime.costs.executor import fit_executor_costs
+            from hdp.runtime.placed.model import read_placed
 
             tgt = read_placed(f).target
             if tgt.name not in executors:
-                from hdp.cli_common import pass_cache
-                from hdp.runtime.calibrate import calibration_for
+                from hdp.cli.common import pass_cache
+                from hdp.runtime.costs.calibrate import calibration_for
 
                 cache = pass_cache(args.cache_dir, False)
                 cal = calibration_for(tgt, cache.dir) if cache is not None else None

@@ -42,11 +42,11 @@ def plain_f32(xml):
 
 
 def check(spec: str, out: Path, seq_len: int) -> dict:
-    from hdp import zoo
     from hdp.ir.specialise import Specialisation
-    from hdp.runtime.concurrent_split import split_model
-    from hdp.runtime.placed import compile_placed, read_placed
-    from hdp.runtime.worker import _recorded_spec, random_inputs
+    from hdp.runtime.measure.worker import _recorded_spec, random_inputs
+    from hdp.runtime.placed.model import compile_placed, read_placed
+    from hdp.runtime.placed.split import split_model
+    from hdp.zoo import models as zoo
 
     t0 = time.perf_counter()
     xml = zoo.cached(spec)

@@ -29,15 +29,15 @@ def main() -> None:
 
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
+    from hdp.pipeline.schedule import make_pass
     from hdp.placement.memory import size_text
     from hdp.placement.objective import Latency, Throughput
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Heft, Optimal
-    from hdp.runtime.capacity import device_memory
-    from hdp.runtime.target import load_target
+    from hdp.target.capacity import device_memory
+    from hdp.target.target import load_target
 
     tgt = load_target(a.target)
     m = lower(a.model)

@@ -56,9 +56,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    from hdp.runtime.devices import make_core
-    from hdp.runtime.placed import compile_placed, read_placed
-    from hdp.runtime.target import load_target
+    from hdp.runtime.placed.model import compile_placed, read_placed
+    from hdp.target.devices import make_core
+    from hdp.target.target import load_target
 
     tmp = Path(tempfile.mkdtemp(prefix="hdp-learned-bed-"))
     models = list(a.models) + ([two_towers(tmp, placed=False)] if a.towers else [])

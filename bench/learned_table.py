@@ -120,17 +120,24 @@ def main(argv=None) -> int:
 
     from placement_table import base_module, load, machine
 
-    from hdp.cache import default_cache_dir
-    from hdp.fsutil import atomic_write
+    from hdp.base.cache import default_cache_dir
+    from hdp.base.fsutil import atomic_write
     from hdp.learn.graph import build_learn_graph
-    from hdp.learn.harness import (Budget, learn, objective_problem, problem_cost, time_to_best, train_on_models,
-                                   zero_shot)
+    from hdp.learn.harness import (
+        Budget,
+        learn,
+        objective_problem,
+        problem_cost,
+        time_to_best,
+        train_on_models,
+        zero_shot,
+    )
     from hdp.passes.cache import PassCache
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
-    from hdp.runtime.target import load_target
+    from hdp.target.target import load_target
 
     target = load_target(args.target)
     devs = target.device_names

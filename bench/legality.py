@@ -21,9 +21,9 @@ naming some, only those.
 ``--suite llm`` is issue 16's matrix: optimum-intel-layout stateful exports of Llama, Qwen2 and
 Phi-3 at 2 and 8 layers, f32 and int4, with ``random`` (``--seeds`` seeds), ``heft`` and
 ``optimal``; every written model also generates teacher-forced (prefill of 6 tokens, batch 2,
-then 4 steps fed the original's tokens, :func:`hdp.runtime.verify.check_generation`) and its
+then 4 steps fed the original's tokens, :func:`hdp.runtime.serve.verify.check_generation`) and its
 logits must stay within the tolerance ``hdp compile`` holds placements to (relative L2 per step,
-:func:`hdp.runtime.verify.tolerance` or twice the error of the least precise used device running
+:func:`hdp.runtime.serve.verify.tolerance` or twice the error of the least precise used device running
 the original alone) of the original's on the plain CPU plugin in f32 (modeled devices run on f32
 CPU stand-ins).
 
@@ -76,7 +76,7 @@ def optimum_export(name: str, python: str, work: Path) -> Path:
 def run_compile(xml: Path, out: Path, target: str, method: str, seed: int, cache: Path, seq_len: int | None):
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     args = ["compile", str(xml), "-o", str(out), "--target", target, "--method", method, "--seed", str(seed),
             "--cache-dir", str(cache), "--no-compare"]
@@ -149,9 +149,9 @@ def main() -> int:
     methods = args.methods or (["heft", "optimal"] if llm else ["heft", "optimal", "default"])
     generate = args.generate or llm
 
-    from hdp import zoo
-    from hdp.runtime.target import load_target
-    from hdp.runtime.verify import check_generation, check_placed_file
+    from hdp.runtime.serve.verify import check_generation, check_placed_file
+    from hdp.target.target import load_target
+    from hdp.zoo import models as zoo
 
     work = Path(tempfile.mkdtemp(prefix="hdp-legality-"))
     cache = work / "cache"
@@ -248,7 +248,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        from hdp.fsutil import atomic_write
+        from hdp.base.fsutil import atomic_write
 
         atomic_write(args.out, text.encode())
     return 1 if errors else 0

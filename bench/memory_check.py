@@ -38,10 +38,10 @@ def rss():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
 import openvino as ov
-from hdp.runtime.worker import random_inputs
+from hdp.runtime.measure.worker import random_inputs
 xml, placed = sys.argv[1], sys.argv[2] == "placed"
 if placed:
-    from hdp.runtime.placed import compile_placed, read_placed
+    from hdp.runtime.placed.model import compile_placed, read_placed
     pm = read_placed(xml)
     before = rss()
     compiled = compile_placed(xml, pm.target, placed=pm)
@@ -73,13 +73,13 @@ def measured(xml: Path, placed: bool) -> dict:
 def estimate(xml: Path, devices=None, device_of_ops=None, target=None) -> dict:
     """hdp's estimate for ``xml`` (every op on one CPU, or as a placed model's ops are): stored bytes
     alone (``stored_only``, the estimate before device memory models) and with each device's memory
-    model (``estimate``: :func:`hdp.runtime.capacity.device_memory` of ``target``, default: a real CPU
+    model (``estimate``: :func:`hdp.target.capacity.device_memory` of ``target``, default: a real CPU
     in f32)."""
     from hdp.ir.openvino_frontend import lower
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
-    from hdp.runtime.capacity import device_memory
-    from hdp.runtime.target import devices_target
+    from hdp.target.capacity import device_memory
+    from hdp.target.target import devices_target
 
     module = lower(xml)
     devs = tuple(devices or ("CPU",))
@@ -98,7 +98,7 @@ def zoo_xml(spec: str, tmp: Path) -> Path | None:
     """The cached zoo export of ``spec`` (``name[:options]``, options as the zoo takes them); with
     ``fp16`` among the options and no such entry, the cached entry without it saved with fp16 weights
     (``compress_to_fp16``, what OpenVINO's save does by default)."""
-    from hdp.zoo import _default_root
+    from hdp.zoo.models import _default_root
 
     if spec.endswith(".xml"):  # a model file given as it is
         return Path(spec) if Path(spec).is_file() else None
@@ -146,7 +146,7 @@ def main() -> None:
                 continue
             rows.append((spec, "CPU", estimate(xml), measured(xml, False)))
         for placed in a.placed:
-            from hdp.runtime.placed import read_placed
+            from hdp.runtime.placed.model import read_placed
 
             pm = read_placed(placed)
             ops = pm.model.get_ordered_ops()

@@ -13,7 +13,6 @@ optimum, for reference. All figures are simulated (modeled target), labelled so.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ ZOO_DIR = None  # --zoo-dir
 
 def zoo_xml(spec: str) -> Path | None:
     """The cached export of a zoo model (or of a test's variant, such as ``llama-tiny-8l``), or None."""
-    from hdp.zoo import _default_root
+    from hdp.zoo.models import _default_root
 
     stem = spec.replace(":", "_").replace(",", "_")
     root = Path(ZOO_DIR) if ZOO_DIR else _default_root()
@@ -48,7 +47,7 @@ def compile_one(xml: Path, out: Path, target: str, method: str, objective: str, 
     if r.returncode:
         return None, (r.stderr.strip() or r.stdout.strip()).splitlines()[-1]
     from hdp.ir.serde import load
-    from hdp.runtime.placed import read_placed, weight_bytes_by_device
+    from hdp.runtime.placed.model import read_placed, weight_bytes_by_device
 
     info = dict(load(ir).placement.info)
     info["held"] = weight_bytes_by_device(read_placed(out))

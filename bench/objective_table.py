@@ -17,7 +17,7 @@ import time
 
 
 def zoo_xml(spec: str):
-    from hdp.zoo import _default_root
+    from hdp.zoo.models import _default_root
 
     stem = spec.replace(":", "_").replace(",", "_")
     found = sorted(p for p in _default_root().glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())
@@ -33,13 +33,13 @@ def main() -> None:
     a = ap.parse_args()
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.placement.objective import Latency, Throughput
+    from hdp.pipeline.schedule import make_pass
+    from hdp.placement.objective import Throughput
     from hdp.placement.problem import build_problem
     from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Optimal
-    from hdp.runtime.target import load_target
+    from hdp.target.target import load_target
 
     ns = [int(x) for x in a.requests.split(",")]
     gains: dict[int, list[float]] = {n: [] for n in ns}

@@ -37,7 +37,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -78,9 +77,11 @@ def score(workload: Path, split: dict) -> float | None:
 
 def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None, dp_value: float | None,
              methods=("optimal", "heuristic", "heft", "single")) -> dict:
-    from hdp.costgraph import lower, max_load_data, problem_for, read
+    from hdp.costgraph import read
+    from hdp.costgraph.graph import lower, max_load_data, problem_for
     from hdp.costgraph.peer import split_json
-    from hdp.placement import maxload as ML, maxload_search as MS
+    from hdp.placement import maxload as ML
+    from hdp.placement import maxload_search as MS
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import Heft
 
@@ -116,9 +117,8 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
         gd, _ = MS.heuristic(p, ml, seed=seed)
         record("heuristic", gd, time.perf_counter() - t0)
     if "auto" in methods:  # the default method, simulated (no target to measure on)
+        from hdp.base.errors import HdpError
         from hdp.placers.options import method_from
-
-        from hdp.errors import HdpError
 
         t0 = time.perf_counter()
         try:
@@ -137,7 +137,8 @@ def hdp_rows(workload: Path, time_limit: float, seed: int, out_dir: Path | None,
 
 
 def warm_up() -> None:
-    from hdp.costgraph import lower, max_load_data, read
+    from hdp.costgraph import read
+    from hdp.costgraph.graph import lower, max_load_data
     from hdp.placement import maxload_search as MS
     from hdp.placement.problem import build_problem
     from hdp.placers import PlaceContext, place

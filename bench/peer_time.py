@@ -1,7 +1,7 @@
 """Time to the DP's value: hdp against msr-fiddle/dnn-partitioning's throughput DP (issue 19),
-interleaved, with a confidence interval (hdp.runtime.stats).
+interleaved, with a confidence interval (hdp.runtime.measure.stats).
 
-Per round, one run of each, in a balanced rotating order (:func:`hdp.runtime.stats.round_order`):
+Per round, one run of each, in a balanced rotating order (:func:`hdp.runtime.measure.stats.round_order`):
 
 - ``their DP``: ``dp.exe < workload.json`` as a process, wall time (their reading, contractions,
   ideals and DP; the process start included);
@@ -44,7 +44,8 @@ def their_dp(exe: str, wf: Path, timeout: float) -> tuple[float, dict | None]:
 
 
 def hdp_run(wf: Path) -> tuple[float, float, dict]:
-    from hdp.costgraph import lower, max_load_data, problem_for, read
+    from hdp.costgraph import read
+    from hdp.costgraph.graph import lower, max_load_data, problem_for
     from hdp.placement import maxload_search as MS
 
     t0 = time.perf_counter()
@@ -57,7 +58,8 @@ def hdp_run(wf: Path) -> tuple[float, float, dict]:
 
 
 def dp_value(wf: Path, split: dict) -> float:
-    from hdp.costgraph import lower, max_load_data, problem_for, read
+    from hdp.costgraph import read
+    from hdp.costgraph.graph import lower, max_load_data, problem_for
     from hdp.costgraph.peer import read_split
     from hdp.placement import maxload as ML
 
@@ -79,7 +81,7 @@ def interval(row) -> str:
 
 
 def main() -> None:
-    from hdp.runtime.stats import compare, round_order
+    from hdp.runtime.measure.stats import compare, round_order
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", type=Path, required=True)

@@ -14,10 +14,10 @@ method's ``partition`` + ``assign`` runs **without any cache**, timed ("place s"
   one for the target (``sim`` is then calibrated; ``uncal`` is the target's own link model);
 - meas ms (real targets): median [IQR] of the placement over interleaved rounds in which every
   distinct placement and the plain compile on every device run once each, in a balanced order
-  (:meth:`hdp.runtime.measure.Measurer.head_to_head`); fresh, never cached;
+  (:meth:`hdp.runtime.measure.measurer.Measurer.head_to_head`); fresh, never cached;
 - vs best plain: the placement's time over the fastest plain compile (the whole model compiled on
   one device without HETERO), Hodges-Lehmann estimate with its 95 % interval, and the verdict of
-  :func:`hdp.runtime.stats.compare` (a placement on one device is never called faster than its
+  :func:`hdp.runtime.measure.stats.compare` (a placement on one device is never called faster than its
   own plain compile);
 - sim err: predicted / measured ratio to the ``single:<first device>`` placement - 1 (the error the
   calibration is judged by);
@@ -45,7 +45,7 @@ DEFAULT_MODELS = ("inception_v3", "resnet50", "bert_base", "mobilenet_v2")
 def machine() -> str:
     import platform
 
-    from hdp.runtime.host import host_facts
+    from hdp.target.host import host_facts
 
     f = host_facts()
     return f"{f['cpu']}, {os.cpu_count()} cores, openvino {f['openvino']}, python {platform.python_version()}"
@@ -64,12 +64,13 @@ def base_module(model: str, target, cache, workdir: Path, calibrated: bool):
     from hdp.passes.boundary import with_calibration
     from hdp.passes.instruments import Timing
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import lower_cached, make_pass
+    from hdp.pipeline.schedule import make_pass
+    from hdp.pipeline.stages import lower_cached
 
     if model.endswith(".xml"):
         xml = Path(model)
     else:
-        from hdp.zoo import export
+        from hdp.zoo.models import export
 
         xml = export(model, workdir / f"{model}.xml")
     timing = Timing()
@@ -106,7 +107,7 @@ def place(module, target, spec: str, seed: int):
     """(placement, seconds) of one method, run without any cache (a features ablation recomputes
     ``features`` and ``coarsen`` first, inside the timed part)."""
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
+    from hdp.pipeline.schedule import make_pass
 
     method, part, feat, assign = parse_spec(spec)
     t0 = time.perf_counter()
@@ -139,14 +140,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="directory for the markdown record")
     args = ap.parse_args(argv)
 
-    from hdp.cache import default_cache_dir
-    from hdp.fsutil import atomic_write
+    from hdp.base.cache import default_cache_dir
+    from hdp.base.fsutil import atomic_write
     from hdp.passes.cache import PassCache
     from hdp.placement.problem import build_problem
-    from hdp.runtime import stats
-    from hdp.runtime.calibrate import calibration_for, summary, uncalibrated
     from hdp.placement.simulate import Simulator
-    from hdp.runtime.target import load_target
+    from hdp.runtime.costs.calibrate import calibration_for, summary, uncalibrated
+    from hdp.runtime.measure import stats
+    from hdp.target.target import load_target
 
     target = load_target(args.target)
     devs = target.device_names
@@ -192,8 +193,8 @@ def main(argv=None) -> int:
                 f"{time.perf_counter() - t0:.1f} s ({stages})")
         meas, plain_meas, h = {}, {}, None
         if measure:
-            from hdp.runtime.measure import Measurer
-            from hdp.runtime.measurement import placed, unplaced
+            from hdp.runtime.measure.measurement import placed, unplaced
+            from hdp.runtime.measure.measurer import Measurer
 
             uniq: dict[bytes, np.ndarray] = {}
             for _, _, gd, _ in rows:

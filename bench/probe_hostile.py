@@ -12,12 +12,16 @@ Every probe is one ``hdp compile`` (tiny conv model, ``heft``; the modeled two-d
   another model's lowered module; ``virtual``; run twice: healed, then clean)
 - ``HOME a file, package read-only`` (Numba's "no locator available"; a read-only bind mount of the
   checkout, root only)
+- issue 35's families: a 400-digit memory (A), ``--requests 10^20`` (B), cost-graph bytes of 10^30
+  (C), ``--time-limit inf`` (E), a device count of 1,000,000 (a hang then), SIGINT at a random
+  moment of a compile with four outputs (F: all or none, nothing in its ``TMPDIR``)
 
 A run counts as *expected* when its exit code is the one the probe expects and its last line
 names what the probe is about (and, for the late disk probes, the old output is intact). Probes
 that need ``mount`` are reported as skipped where it is refused.
 
-    python bench/probe_hostile.py --runs 5          # ~5 min
+    python bench/probe_hostile.py --runs 5          # ~8 min
+    python bench/probe_hostile.py --runs 20 --only "F: SIGINT at 0.3-4 s, four outputs"
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-NO_SPACE_CHECK = "import hdp.cli_common as c; c._check_space = lambda *a: None; from hdp.cli import main; main()"
+NO_SPACE_CHECK = "import hdp.cli.common as c; c._check_space = lambda *a: None; from hdp.cli.main import main; main()"
 
 
 class Skip(Exception):
@@ -159,7 +163,74 @@ def probes():
         r = _run(argv, e, t, wrap=wrap)
         return r, 0, (), "cannot write Numba's kernel cache" in r["err"] and "no locator" not in r["err"]
 
+    # issue 35's families
+    def big_memory(d, env, t):
+        model, tgt = _base(d, env)
+        big = d / "big.toml"
+        big.write_text(tgt.read_text().replace('op_overhead = 2e-5', f'op_overhead = 2e-5\nmemory = "{"9" * 400}"'))
+        return _run(compile_(model, d / "p.xml", big), env, t), 2, ("devices[1].memory", "1 EiB"), None
+
+    def big_requests(d, env, t):
+        model, tgt = _base(d, env)
+        return _run(compile_(model, d / "p.xml", tgt, "--requests", str(10**20)), env, t), 2, ("--requests:",), None
+
+    def chain(n, count=2, nbytes=10.0):
+        return {"format": "hdp-costgraph", "version": 1,
+                "devices": [{"name": "CPU", "free_comm": True}, {"name": "ACC", "count": count}],
+                "ops": [{"name": f"o{i}", "time": {"CPU": 1.0, "ACC": 0.5}, "bytes": nbytes} for i in range(n)],
+                "tensors": [{"producer": f"o{i}", "consumers": [f"o{i + 1}"], "time": 0.1} for i in range(n - 1)]}
+
+    def big_bytes(d, env, t):
+        import json
+
+        (d / "w.json").write_text(json.dumps(chain(5, nbytes=1e30)))
+        return _run(["place", d / "w.json", "-o", d / "s.json"], env, t), 2, ("ops[0].bytes",), None
+
+    def inf_limit(d, env, t):
+        import json
+
+        (d / "w.json").write_text(json.dumps(chain(5)))
+        return _run(["place", d / "w.json", "-o", d / "s.json", "--time-limit", "inf"], env, t), 2, ("--time-limit:",), None
+
+    def many_devices(d, env, t):
+        import json
+
+        (d / "w.json").write_text(json.dumps(chain(50, count=1_000_000)))
+        r = _run(["place", d / "w.json", "-o", d / "s.json", "--time-limit", "10"], env, t)
+        return r, 0, (), r["seconds"] < 60
+
+    def interrupt(d, env, t):
+        import random
+        import signal
+
+        model, tgt = _base(d, env)
+        tmp = d / "tmp"
+        tmp.mkdir()
+        e = dict(env, TMPDIR=str(tmp))
+        argv = [sys.executable, "-m", "hdp", *map(str, compile_(model, d / "o.xml", tgt, "--emit-ir", d / "o.hdp",
+                                                                 "--timings", d / "o.json"))]
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+        try:
+            p.wait(timeout=random.uniform(0.3, 4.0))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=t)
+        outs = [(d / f).exists() for f in ("o.xml", "o.bin", "o.hdp", "o.json")]
+        clean = (all(outs) or not any(outs)) and not list(tmp.rglob("*"))
+        r = {"rc": p.returncode, "hung": False, "err": err, "out": out, "seconds": time.perf_counter() - t0}
+        if p.returncode == 130:  # the expected exit of an interrupted run: one line
+            r["rc"] = 2 if err.strip().splitlines()[-1:] == ["hdp: interrupted"] else 1
+            r["err"] = err.replace("hdp: interrupted", "hdp: error: interrupted")
+        return r, r["rc"] if r["rc"] in (0, 2) else 2, (), clean
+
     return {
+        "A: memory of 400 digits": big_memory,
+        "B: --requests 10^20": big_requests,
+        "C: cost-graph bytes 10^30": big_bytes,
+        "E: --time-limit inf": inf_limit,
+        "hang: a device count of 1,000,000": many_devices,
+        "F: SIGINT at 0.3-4 s, four outputs": interrupt,
         "full disk": lambda d, e, t: full_disk(d, e, t),
         "full disk, late": lambda d, e, t: full_disk(d, e, t, late=True),
         "no inodes": lambda d, e, t: full_disk(d, e, t, inodes=True),

@@ -1,7 +1,7 @@
 """Chunked ``profile`` against whole-model ``profile`` over the zoo (issue 23).
 
 A model of more than ``whole_max`` ops (default 8,192) is profiled in chunks of ``--chunk`` ops,
-each distinct chunk compiled and timed once (:mod:`hdp.runtime.chunks`). Here every model is
+each distinct chunk compiled and timed once (:mod:`hdp.runtime.measure.chunks`). Here every model is
 profiled both ways, whole-model twice and chunked twice (``whole_max=0``), interleaved W C W C,
 each in a fresh worker (start and model read included), with the profile pass's defaults on
 ``--target`` (default ``virtual``). Per model and device:
@@ -64,16 +64,16 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     os.environ.setdefault("XDG_CACHE_HOME", str(Path(a.zoo_cache) / "xdg"))  # leave ~/.cache/hdp alone
     import numpy as np
+    from support_scale import _split
 
-    from hdp import zoo
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
+    from hdp.pipeline.schedule import make_pass
     from hdp.placement.problem import problem_of
     from hdp.placement.simulate import Simulator
-    from hdp.runtime.profile import profile_costs, zero_cost_ops
-    from hdp.runtime.target import load_target
-    from support_scale import _split
+    from hdp.runtime.costs.profile import profile_costs, zero_cost_ops
+    from hdp.target.target import load_target
+    from hdp.zoo import models as zoo
 
     target = load_target(a.target)
     real = [j for j, d in enumerate(target.devices) if d.kind == "real"]

@@ -5,7 +5,7 @@ Profiles a model several times on a two-device target, keeping every op's time i
 
 - ``mean``: the mean over the runs (hdp before issue 21);
 - ``median``: the median over the runs (the minimum below three runs);
-- ``shrunk``: the median, shrunk toward the device ratio (:func:`hdp.runtime.denoise.shrink`).
+- ``shrunk``: the median, shrunk toward the device ratio (:func:`hdp.runtime.costs.denoise.shrink`).
 
 against a **reference**: per op and device, the median over every run of every profile (on a target
 whose devices compute alike, ``--identical``: one column for both, the truth being no per-op
@@ -29,7 +29,7 @@ import numpy as np
 
 
 def collect(module, target, n: int, kwargs: dict) -> list[dict]:
-    from hdp.runtime.profile import profile_costs
+    from hdp.runtime.costs.profile import profile_costs
 
     out = []
     for _ in range(n):
@@ -42,10 +42,10 @@ def collect(module, target, n: int, kwargs: dict) -> list[dict]:
 def evaluate(module, target, profiles: list[dict], identical: bool) -> list[str]:
     from hdp.ir.types import Array, Costs
     from hdp.placement.problem import build_problem
+    from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
-    from hdp.runtime.denoise import run_estimates, shrink
-    from hdp.placement.simulate import Simulator
+    from hdp.runtime.costs.denoise import run_estimates, shrink
 
     devs = target.device_names
     ref = np.stack([np.median(np.concatenate([p["samples"][d]["op_runs"] for p in profiles]), axis=0) for d in devs], 1)
@@ -106,8 +106,8 @@ def main() -> None:
     args = ap.parse_args()
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.runtime.target import load_target
+    from hdp.pipeline.schedule import make_pass
+    from hdp.target.target import load_target
 
     t = load_target(args.target)
     m = PassManager([make_pass("support", {"target": t})]).run(lower(args.model))

@@ -42,8 +42,8 @@ CONFIGS = {"default": {}, "10 interleaved rounds": {"seconds": 0.0, "runs": 10}}
 _ONE = """
 import json, sys, time
 from hdp.ir.openvino_frontend import lower
-from hdp.runtime.profile import profile_costs
-from hdp.runtime.target import load_target
+from hdp.runtime.costs.profile import profile_costs
+from hdp.target.target import load_target
 m = lower(sys.argv[1])
 t0 = time.perf_counter()
 c, info = profile_costs(m, load_target("virtual"), **json.loads(sys.argv[2]))
@@ -67,9 +67,9 @@ def _profile(root: Path, xml: str, kwargs: dict, names: list[str]) -> dict:
 def _regret(module, target, profiles: list[np.ndarray], ref: np.ndarray) -> list[float]:
     from hdp.ir.types import Array, Costs
     from hdp.placement.problem import build_problem
+    from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
-    from hdp.placement.simulate import Simulator
 
     def problem(t):
         m = module.replace(costs=Costs(devices=target.device_names, op_time=Array.of(t.T.copy(), np.float64),
@@ -98,11 +98,11 @@ def main() -> None:
     ap.add_argument("--analyse", type=Path, help="only tabulate the profiles of an earlier --json")
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from hdp import zoo
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.runtime.target import load_target
+    from hdp.pipeline.schedule import make_pass
+    from hdp.target.target import load_target
+    from hdp.zoo import models as zoo
 
     target = load_target("virtual")
     xml = str(zoo.cached(a.model))

@@ -10,7 +10,7 @@ served with N inferences in flight, windows in turn (the order reversed every ot
 window timed in steady state (the completions after the first N, between completions). Per cut:
 its median rate and its rate over the plain compile's, paired window by window (the inverse of the
 Hodges-Lehmann ratio of seconds per inference, with its 95 % interval and verdict,
-:func:`hdp.runtime.stats.compare`).
+:func:`hdp.runtime.measure.stats.compare`).
 
     python bench/served_cuts.py [--models resnet50,inception_v3,densenet121,bert,vit] [--requests 2]
         [--fractions 0.46,0.48,0.49,0.50,0.51,0.52,0.54] [--windows 20]
@@ -78,10 +78,10 @@ def cut_at(base, frac: float, first: str, second: str):
 
 def server(compiled, x, n: int, per_window: int):
     """A callable timing one steady-state window of ``compiled`` with ``n`` inferences in flight
-    (:func:`hdp.runtime.worker.steady_window`, as hdp serves)."""
+    (:func:`hdp.runtime.measure.worker.steady_window`, as hdp serves)."""
     import openvino as ov
 
-    from hdp.runtime.worker import steady_window
+    from hdp.runtime.measure.worker import steady_window
 
     q = ov.AsyncInferQueue(compiled, n)
     for r in q:
@@ -108,10 +108,10 @@ def main() -> None:
     a = ap.parse_args()
     import openvino as ov
 
-    from hdp.runtime.devices import hetero_config, hetero_name, make_core
-    from hdp.runtime.serving import plain_streams
-    from hdp.runtime.stats import compare
-    from hdp.runtime.target import load_target
+    from hdp.runtime.measure.stats import compare
+    from hdp.runtime.serve.serving import plain_streams
+    from hdp.target.devices import hetero_config, hetero_name, make_core
+    from hdp.target.target import load_target
 
     tgt = load_target(a.target)
     first, second = [d.name for d in tgt.devices][:2]

@@ -1,6 +1,6 @@
 """False-positive and detection rates of hdp's timing comparisons on synthetic run times.
 
-Every comparison runs the real code path of :mod:`hdp.runtime.stats` (``run_sequential`` with a
+Every comparison runs the real code path of :mod:`hdp.runtime.measure.stats` (``run_sequential`` with a
 ``SequentialPlan``, then ``compare`` / ``select_best``) against a ``NoisyMachine`` (tests/noisy_machine.py)
 with the noise of a quiet core or of this project's shared 2-core VM, and counts the verdicts.
 For contrast, the old rule (two separate 10-run medians, A's runs then B's) is scored on the same
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hdp.runtime.stats import SequentialPlan, compare, run_sequential, select_best
+from hdp.runtime.measure.selection import select_best
+from hdp.runtime.measure.stats import SequentialPlan, compare, run_sequential
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the simulated machine is test equipment
 from noisy_machine import NoisyMachine  # noqa: E402

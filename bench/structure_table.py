@@ -3,7 +3,7 @@
     NUMBA_NUM_THREADS=1 python bench/structure_table.py                 # 1e4 .. 1e6 ops
     NUMBA_NUM_THREADS=1 python bench/structure_table.py --sizes 10000,100000 --nx-sizes 10000
 
-Per size: the graph is built untimed (:func:`hdp.synth.random_module`), then each pass runs
+Per size: the graph is built untimed (:func:`hdp.zoo.synth.random_module`), then each pass runs
 ``--repeat`` times; the table shows the first run (which also pays for first-touch memory) and the
 best run, plus µs per op of the best run (flat when growth is linear). ``coarsen`` is rules (a) +
 (b); ``coarsen→256`` adds the multilevel step; ``features kernels`` is the Numba part of
@@ -29,14 +29,14 @@ sys.path.insert(0, str(ROOT))
 
 from hdp.passes.coarsen import CoarsenPass  # noqa: E402
 from hdp.passes.features import FeaturesPass  # noqa: E402
-from hdp.synth import random_module  # noqa: E402
+from hdp.zoo.synth import random_module  # noqa: E402
 
 _FIRST_CALL = """
 import time
 t0 = time.perf_counter()
 from hdp.passes.coarsen import CoarsenPass
 from hdp.passes.features import FeaturesPass
-from hdp.synth import random_module
+from hdp.zoo.synth import random_module
 m = random_module(500, seed=0)
 t1 = time.perf_counter()
 FeaturesPass().run(m)

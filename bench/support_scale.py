@@ -47,15 +47,15 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
     os.environ.setdefault("XDG_CACHE_HOME", str(Path(a.zoo_cache) / "xdg"))  # leave ~/.cache/hdp alone
+    import hostile
     import numpy as np
 
-    import hostile
-    from hdp import zoo
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.support import ANYWHERE, query_support
-    from hdp.runtime.measure import Measurer
-    from hdp.runtime.measurement import MeasureError
-    from hdp.runtime.target import load_target
+    from hdp.runtime.measure.measurement import MeasureError
+    from hdp.runtime.measure.measurer import Measurer
+    from hdp.target.target import load_target
+    from hdp.zoo import models as zoo
 
     target = load_target(a.target)
     devices = [d.name for d in target.devices if d.kind == "real"]
@@ -102,7 +102,7 @@ def main() -> None:
 
 def _split(text: str) -> list[str]:
     """``"a,b:x,y,c"`` -> ["a", "b:x,y", "c"] when x and y are options (not zoo names)."""
-    from hdp import zoo
+    from hdp.zoo import models as zoo
 
     known = {e["name"] for e in zoo.catalog()}
     out: list[str] = []

@@ -1,5 +1,8 @@
 """Measured against simulated throughput on a real two-device bed (issue 18).
 
+(Serving plans of every shape, ``hdp compile -o DIR``, are checked by its successor,
+``bench/plan_check.py``; this script measures placements, ``-o placed.xml``.)
+
 For each model and N: ``hdp compile --objective throughput --requests N`` on the target (default
 ``virtual-2x1``), then ``hdp evaluate --objective throughput --requests N --plain CPU``: the
 placement with N inferences in flight and the plain CPU compile with its own streams (every core),
@@ -30,7 +33,7 @@ from pathlib import Path
 
 
 def zoo_xml(spec: str) -> Path | None:
-    from hdp.zoo import _default_root
+    from hdp.zoo.models import _default_root
 
     stem = spec.replace(":", "_").replace(",", "_")
     found = sorted(p for p in _default_root().glob(f"{stem}-*/model.xml") if p.with_suffix(".bin").is_file())

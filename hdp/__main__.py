@@ -1,5 +1,5 @@
-"""``python -m hdp``: the command line (:mod:`hdp.cli`)."""
+"""``python -m hdp``: the command line (:mod:`hdp.cli.main`, entered by :mod:`hdp.cli.entry`)."""
 
-from hdp.cli import run
+from hdp.cli.entry import main
 
-run()
+main()

@@ -22,7 +22,7 @@ import pytest
 
 
 def _user_cache_dir() -> Path:
-    """The hdp cache of the user who started the tests (what ``hdp.cache.default_cache_dir`` gives
+    """The hdp cache of the user who started the tests (what ``hdp.base.cache.default_cache_dir`` gives
     outside the suite)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "hdp"

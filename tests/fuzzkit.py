@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from hdp.fsutil import is_temp
+from hdp.base.fsutil import is_temp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +53,7 @@ class Outcome:
 class Tally:
     """Per surface: cases, ok (exit 0), refused (exit 2), and the failures the suite forbids."""
 
-    FIELDS = ("cases", "ok", "refused", "tracebacks", "signals", "hangs", "bad_exit", "leftovers",
+    FIELDS = ("cases", "ok", "refused", "interrupted", "tracebacks", "signals", "hangs", "bad_exit", "leftovers",
               "modified_inputs", "invalid_results")
 
     def __init__(self):
@@ -96,7 +97,7 @@ def run_inprocess(argv: list[str]) -> Outcome:
     """``hdp argv`` in this process (click's CliRunner)."""
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     r = CliRunner().invoke(main, [str(a) for a in argv], catch_exceptions=True)
     tb = ""
@@ -124,7 +125,7 @@ class IsolatedRunner:
     def request(self, req: dict) -> Outcome:
         import msgspec
 
-        from hdp.runtime.protocol import frame_length, write_msg
+        from hdp.runtime.measure.protocol import frame_length, write_msg
 
         if self.proc is None or self.proc.poll() is not None:
             self.close()
@@ -153,6 +154,12 @@ class IsolatedRunner:
 
     def run(self, argv: list[str]) -> Outcome:
         return self.request({"op": "cli", "argv": [str(a) for a in argv]})
+
+    def run_interrupted(self, argv: list[str], delay: float, env: dict | None = None) -> Outcome:
+        """``hdp argv`` in the child, sent SIGINT ``delay`` seconds after it starts (``env``: set
+        for the command)."""
+        return self.request({"op": "cli_interrupt", "argv": [str(a) for a in argv], "delay": float(delay),
+                             "env": env or {}})
 
     def _dead(self) -> Outcome:
         rc = self.proc.wait()
@@ -209,6 +216,9 @@ def _files(root: Path) -> dict[str, bytes | None]:
             rel = str(p.relative_to(root))
             if p.is_symlink():
                 out[rel] = b"->" + os.readlink(p).encode()
+            elif not stat.S_ISREG(p.lstat().st_mode):
+                # a FIFO or a socket a cache case put there: reading a FIFO with no writer blocks forever
+                out[rel] = b"<special %o>" % stat.S_IFMT(p.lstat().st_mode)
             else:
                 try:
                     out[rel] = p.read_bytes()
@@ -240,12 +250,14 @@ class Sandbox:
         return os.path.relpath(real, root) if real.startswith(root + os.sep) else None
 
     def problems(self, outcome: Outcome, expected: list[Path] = (), by_products: list[Path] = (),
-                 reads: list[Path] | None = None) -> dict[str, str]:
+                 reads: list[Path] | None = None, interrupt: bool = False) -> dict[str, str]:
         """What this case did wrong, by tally field (empty: nothing). ``expected``: files a
         successful run writes; ``by_products``: files or directories where new files are fine
         whatever the exit (the cache, IR dumps, checkpoints written while training); ``reads``:
         the files the command reads (default: everything under ``in/``), which must not change.
-        Other files may change only when they are expected outputs of a successful run."""
+        Other files may change only when they are expected outputs of a successful run.
+        ``interrupt``: the command was sent SIGINT; exit 130 with ``hdp: interrupted`` last is
+        right too, with every expected output or none of them."""
         bad: dict[str, str] = {}
         if outcome.hung:
             bad["hangs"] = "hung"
@@ -253,8 +265,15 @@ class Sandbox:
             bad["signals"] = f"killed by signal {outcome.signal}: {outcome.output[-500:]}"
         if outcome.traceback or "Traceback (most recent call last)" in outcome.output:
             bad["tracebacks"] = outcome.traceback or outcome.output
-        if outcome.exit_code not in (0, 2, None):
+        if outcome.exit_code not in (0, 2, None) and not (interrupt and outcome.exit_code == 130):
             bad["bad_exit"] = f"exit {outcome.exit_code}: {outcome.output[-500:]}"
+        whole = bool(expected) and all(os.path.lexists(p) for p in expected)
+        if outcome.exit_code == 130:
+            lines = [ln for ln in outcome.output.strip().splitlines() if ln.strip()]
+            if not lines or lines[-1] != "hdp: interrupted":
+                bad["bad_exit"] = f"exit 130 without its one line: {outcome.output[-500:]}"
+            if any(os.path.lexists(p) for p in expected) and not whole:
+                bad["leftovers"] = f"interrupted with some outputs: {[str(p) for p in expected if os.path.lexists(p)]}"
         if outcome.exit_code == 2:
             lines = [ln for ln in outcome.output.strip().splitlines() if ln.strip()]
             if not lines or not (lines[-1].startswith("hdp: error:") or lines[-1].startswith("Error:")):
@@ -287,7 +306,7 @@ class Sandbox:
             bad["leftovers"] = f"temporaries left: {temps[:5]}"
         else:
             ok = set(free)
-            if outcome.exit_code == 0:
+            if outcome.exit_code == 0 or (outcome.exit_code == 130 and whole):
                 ok |= {r for r in (self._rel(p) for p in expected) if r is not None}
             new = [k for k in after if k not in self.before_all and not under(k, ok)
                    and not any(under(e, [k.rstrip("/")]) for e in ok)]  # parents of allowed files
@@ -304,16 +323,16 @@ class Sandbox:
 
 
 def judge(surface: str, box: Sandbox, outcome: Outcome, expected: list[Path] = (), validate=None,
-          by_products: list[Path] = (), reads: list[Path] | None = None) -> None:
+          by_products: list[Path] = (), reads: list[Path] | None = None, interrupt: bool = False) -> None:
     """Record the case in :data:`TALLY` and fail the test on any problem."""
-    bad = box.problems(outcome, expected, by_products, reads)
+    bad = box.problems(outcome, expected, by_products, reads, interrupt)
     if outcome.exit_code == 0 and validate is not None and not bad:
         try:
             validate()
         except Exception as e:  # noqa: BLE001 - any failure of the result is what we look for
             bad["invalid_results"] = f"exit 0 but the result is invalid: {type(e).__name__}: {e}"
     TALLY.add(surface, ok=outcome.exit_code == 0 and not bad, refused=outcome.exit_code == 2 and not bad,
-              **{k: True for k in bad})
+              interrupted=outcome.exit_code == 130 and not bad, **{k: True for k in bad})
     if bad:
         raise AssertionError(f"[{surface}] " + "; ".join(f"{k}: {v}" for k, v in bad.items()))
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 # --------------------------------------------------------------------------- a small file system
 
 
@@ -203,8 +202,8 @@ def lower_key(cache_root: str | os.PathLike, xml: str | os.PathLike, request=Non
     """The pass-cache key of the lowered ``xml`` (as ``hdp compile`` computes it)."""
     from hdp.ir import serde
     from hdp.ir.openvino_read import file_digest
-    from hdp.ir.specialise import as_request
-    from hdp.pipeline import FRONTEND_VERSION
+    from hdp.ir.shapes import as_request
+    from hdp.pipeline.stages import FRONTEND_VERSION
 
     xml = Path(xml)
     return serde.digest_bytes(serde.encode_any(

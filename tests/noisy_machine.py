@@ -1,5 +1,5 @@
 """Synthetic run times with the noise of a shared machine, to test and calibrate
-:mod:`hdp.runtime.stats` quickly and deterministically (tests/test_stats.py, and the rates of
+:mod:`hdp.runtime.measure.stats` quickly and deterministically (tests/test_stats.py, and the rates of
 bench/stats_rates.py, which puts tests/ on its path: this is test equipment, not part of hdp).
 
 A :class:`NoisyMachine` runs candidates with fixed true times in the order it is given, one sample
@@ -24,7 +24,7 @@ after another on a simulated clock, and multiplies each true time by:
 ``shared``, fitted to 600 interleaved rounds of three plain compiles of MobileNet-V2 on this
 project's 2-core VM while four other jobs ran (per-candidate robust sigma of log time about 0.3,
 lag-1 autocorrelation 0.5; paired log-ratio robust sigma 0.22, 5 % beyond 3 sigma, lag-1
-autocorrelation 0.1): see ``bench/README.md``, "Measurement statistics".
+autocorrelation 0.1): see ``bench/topics/statistics.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
 
 #: Noise settings by name (keyword arguments of :class:`NoisyMachine`).
 PRESETS: dict[str, dict] = {
@@ -110,7 +109,7 @@ class NoisyMachine:
 
     def run_rounds(self, orders: Sequence[Sequence[int]]) -> np.ndarray:
         """One round per order; times (rounds x candidates) in candidate order (the protocol of
-        :func:`hdp.runtime.stats.run_sequential`)."""
+        :func:`hdp.runtime.measure.stats.run_sequential`)."""
         out = np.empty((len(orders), self.true.size))
         for r, order in enumerate(orders):
             for c in order:

@@ -1,6 +1,6 @@
 """A measuring worker for tests of decisions made from measurements: the real
-:class:`~hdp.runtime.measure.Measurer` talks to it through the typed protocol
-(:mod:`hdp.runtime.protocol`), so ``measure``, ``head_to_head`` and ``best_of`` run their own code;
+:class:`~hdp.runtime.measure.measurer.Measurer` talks to it through the typed protocol
+(:mod:`hdp.runtime.measure.protocol`), so ``measure``, ``head_to_head`` and ``best_of`` run their own code;
 only the times are scripted (a true latency per placement and seeded noise), nothing compiles.
 
 Every request and reply goes through the protocol's encoding both ways, as over the pipe to a
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hdp.runtime import protocol as P
-from hdp.runtime.measure import Measurer
+from hdp.runtime.measure import protocol as P
+from hdp.runtime.measure.measurer import Measurer
 
 
 class ScriptedWorker:
@@ -24,14 +24,17 @@ class ScriptedWorker:
     it) scales the truth by ``1 + lucky(group_device)`` (default 0) and lognormal noise of ``sd``
     per run; ``Rounds`` (a head-to-head) by a drift shared by each round (sigma 0.05) and noise of
     ``h2h_sd`` per run. ``measured``: the group devices of every ``Measure``; ``heads``: per
-    head-to-head, the group devices of its candidates in the order they were prepared (only
-    placements are scripted: a plain compile or a placed file is answered with ``Failed``)."""
+    head-to-head, the group devices of its candidates in the order they were prepared in its first
+    block (a head-to-head's later blocks prepare the same candidates again, in the reverse order:
+    ``blocks`` counts them per head-to-head; only placements are scripted: a plain compile or a
+    placed file is answered with ``Failed``)."""
 
     def __init__(self, problem, truth, *, sd=0.0, h2h_sd=0.02, lucky=None, seed=0):
         self.p, self.truth, self.sd, self.h2h_sd, self.lucky = problem, truth, sd, h2h_sd, lucky
         self.rng = np.random.default_rng(seed)
         self.measured: list[np.ndarray] = []
         self.heads: list[list] = []
+        self.blocks: list[int] = []
         self.requests: list[str] = []
         self._prepared: dict[int, np.ndarray] = {}
         self._next_handle = 0
@@ -100,6 +103,14 @@ class ScriptedWorker:
         for h in req.handles:
             self._prepared.pop(h, None)
         self._open = False
+        last = self.heads[-1] if self.heads else []
+        before = self.heads[-2] if len(self.heads) > 1 else None
+        if before is not None and len(before) == len(last) and all(
+                np.array_equal(x, y) for x, y in zip(before[::-1], last)):  # the next block of the same one
+            self.heads.pop()
+            self.blocks[-1] += 1
+        else:
+            self.blocks.append(1)
         return P.Done()
 
 

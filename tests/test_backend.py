@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime.placed import compile_placed, read_placed, write_placed
-from hdp.runtime.target import load_target
+from hdp.runtime.placed.model import compile_placed, read_placed, write_placed
+from hdp.target.target import load_target
 
 
 def placed(module, devices, device_of, method="test"):

@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
-from hdp.cli import main
+from hdp.cli.main import main
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime.placed import write_placed
-from hdp.runtime.target import load_target
+from hdp.runtime.placed.model import write_placed
+from hdp.target.target import load_target
 
 #: Run in a fresh interpreter, as a user of ``virtual`` would: plain OpenVINO, the aliased device
 #: registered by hand from OpenVINO's own CPU plugin library, configured from the record.
@@ -85,7 +84,7 @@ def _half_split(xml, out, target):
     """The first half of the tie groups (in their order) on CPU, the rest on CPU_B, written and
     checked as hdp compile writes it."""
     from hdp.placement.problem import problem_of
-    from hdp.runtime.verify import PlacementChecker
+    from hdp.runtime.serve.verify import PlacementChecker
 
     m = lower(xml)
     p = problem_of(m, target.device_names)

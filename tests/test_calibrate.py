@@ -8,16 +8,16 @@ import math
 import msgspec
 import numpy as np
 import pytest
+from placement_helpers import make_module, per_group, problem, random_module
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.pipeline.calibrate import design
+from hdp.placement.simulate import Simulator
 from hdp.placers import PlaceContext, place
 from hdp.placers.classical import auto_margin
-from hdp.pipeline.calibrate import design
 from hdp.placers.options import UNCALIBRATED_MARGIN, method_from
-from hdp.runtime import calibrate as C
-from hdp.placement.simulate import Simulator
-from hdp.runtime.target import load_target
-from placement_helpers import make_module, per_group, problem, random_module
+from hdp.runtime.costs import calibrate as C
+from hdp.target.target import load_target
 
 
 def _obs(f: C.PlacementFeatures, ref: C.PlacementFeatures, ratio: float, *, costs="t0", heldout=False, se=0.02, name="x") -> C.Observation:
@@ -127,7 +127,7 @@ def _calibration(host="h", boundary=None, models=(), error=0.05) -> C.Calibratio
 
 
 def test_store_is_keyed_by_host_fingerprint_and_target(tmp_path):
-    from hdp.runtime.host import host_fingerprint
+    from hdp.target.host import host_fingerprint
 
     virtual = load_target("virtual")
     other = msgspec.structs.replace(virtual, devices=[msgspec.structs.replace(virtual.devices[0],
@@ -151,7 +151,7 @@ def test_store_is_keyed_by_host_fingerprint_and_target(tmp_path):
 
 
 def test_a_calibration_survives_its_json_with_nothing_held_out_and_an_unresolved_ratio(tmp_path):
-    from hdp.runtime.host import host_fingerprint
+    from hdp.target.host import host_fingerprint
 
     virtual = load_target("virtual")
     rng = np.random.default_rng(4)
@@ -168,7 +168,7 @@ def test_a_calibration_survives_its_json_with_nothing_held_out_and_an_unresolved
 
 
 def test_host_fingerprint_changes_with_the_openvino_version(monkeypatch):
-    from hdp.runtime import host
+    from hdp.target import host
 
     facts = dict(host.host_facts())
     host.host_fingerprint.cache_clear()
@@ -216,8 +216,8 @@ def test_boundary_pass_makes_the_simulator_predict_the_fitted_ratio():
 def test_with_calibration_inserts_the_pass_after_profile_only_when_stored(tmp_path):
     from hdp.passes.boundary import BoundaryPass, with_calibration
     from hdp.passes.cache import PassCache
-    from hdp.pipeline import compile_schedule
-    from hdp.runtime.host import host_fingerprint
+    from hdp.pipeline.schedule import compile_schedule
+    from hdp.target.host import host_fingerprint
 
     virtual = load_target("virtual")
     cache = PassCache(tmp_path)
@@ -330,7 +330,7 @@ def test_simulator_counts_the_subgraphs_hetero_makes(tmp_path):
 
     from hdp.ir.openvino_frontend import lower
     from hdp.placement.problem import build_problem
-    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measure.measurer import Measurer
 
     xml = tmp_path / "res.xml"
     ov.save_model(_residual_net(), str(xml), compress_to_fp16=False)
@@ -359,9 +359,9 @@ def test_compile_applies_a_stored_calibration(branchy_xml, tmp_path):
 
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
     from hdp.ir.serde import load
-    from hdp.runtime.host import host_fingerprint
+    from hdp.target.host import host_fingerprint
 
     virtual = load_target("virtual")
     cache = tmp_path / "cache"
@@ -402,7 +402,7 @@ def _executor_obs(rng, truth: float, n: int, heldout: bool = False, noise: float
 def test_fit_convert_recovers_the_conversion_cost_and_build_keeps_the_probe():
     """The conversion cost per byte is refitted on the executor's measured placements (not the held-out
     ones); the calibration keeps the probe's value beside it and reports both errors."""
-    from hdp.runtime.concurrent import ExecutorCosts
+    from hdp.runtime.costs.executor import ExecutorCosts
 
     rng = np.random.default_rng(4)
     truth = 3.1e-10
@@ -438,7 +438,7 @@ def test_hdp_calibrate_measures_placements_run_by_the_executor(tmp_path):
     import openvino as ov
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     xml = tmp_path / "residual.xml"
     ov.save_model(_residual_net(), str(xml))
@@ -463,7 +463,7 @@ def test_hdp_calibrate_measures_placements_run_by_the_executor(tmp_path):
 def test_a_conversion_refit_at_an_end_of_its_range_keeps_the_probe():
     """Measurements the conversions cannot explain (the simulator too slow already at 0) drive the
     refit to 0; the probe's value is kept and the report says why."""
-    from hdp.runtime.concurrent import ExecutorCosts
+    from hdp.runtime.costs.executor import ExecutorCosts
 
     rng = np.random.default_rng(7)
     obs = [msgspec.structs.replace(o, ratio=o.predicted[0] * 0.6, low=o.predicted[0] * 0.59,
@@ -522,9 +522,9 @@ def test_compile_for_throughput_uses_the_stored_hand_off(branchy_xml, tmp_path):
     hand-off and records it with the placement; the latency objective does not take it."""
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
     from hdp.ir.serde import load
-    from hdp.runtime.host import host_fingerprint
+    from hdp.target.host import host_fingerprint
 
     virtual = load_target("virtual")
     cache = tmp_path / "cache"
@@ -534,7 +534,7 @@ def test_compile_for_throughput_uses_the_stored_hand_off(branchy_xml, tmp_path):
     for objective, want in (("throughput", "0.0003"), ("latency", None)):
         r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(out), "--target", "virtual", "--method",
                                       "optimal", "--objective", objective, "--no-compare", "--emit-ir", str(ir),
-                                      "--cache-dir", str(cache)])
+                                      "--cache-dir", str(cache), "-v"])
         assert r.exit_code == 0, r.output
         assert load(ir).partition.info.get("handoff") == want
         assert ("300 us per served subgraph" in r.output) == (want is not None), r.output
@@ -544,7 +544,7 @@ def test_compile_for_throughput_uses_the_stored_hand_off(branchy_xml, tmp_path):
     r = CliRunner().invoke(main, base + ["--set", "handoff=5e-4"])
     assert r.exit_code == 0 and load(ir).partition.info.get("handoff") == "0.0005", r.output
     r = CliRunner().invoke(main, base + ["--set", "handoff=abc"])
-    assert r.exit_code == 2 and "handoff must be a number" in r.output, r.output
+    assert r.exit_code == 2 and "option 'handoff' must be a number, got 'abc'" in r.output, r.output
 
 
 def test_compile_says_when_optimal_kept_one_device_for_its_margin():

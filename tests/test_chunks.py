@@ -1,18 +1,19 @@
-"""Profiling in chunks (hdp.runtime.chunks): the plan, the cut-out models, and the profile they give."""
+"""Profiling in chunks (hdp.runtime.measure.chunks): the plan, the cut-out models, and the profile they give."""
 
 import numpy as np
 import pytest
-
-from dynamic_models import build_stateful_lm, save as save_dynamic
+from dynamic_models import build_stateful_lm
+from dynamic_models import save as save_dynamic
 from hostile import chain_model, save
+
 from hdp.ir.openvino_frontend import lower
-from hdp.ir.specialise import parse_request
+from hdp.ir.shapes import parse_request
 from hdp.passes.manager import PassManager
-from hdp.pipeline import make_pass
-from hdp.runtime import chunks, query
-from hdp.runtime.profile import profile_costs, zero_cost_ops
-from hdp.runtime.protocol import RuntimeNode
-from hdp.runtime.target import load_target
+from hdp.pipeline.schedule import make_pass
+from hdp.runtime.costs.profile import profile_costs, zero_cost_ops
+from hdp.runtime.measure import chunks, query
+from hdp.runtime.measure.protocol import RuntimeNode
+from hdp.target.target import load_target
 
 
 def _members(model):

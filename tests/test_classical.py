@@ -7,13 +7,13 @@ import itertools
 import msgspec
 import numpy as np
 import pytest
+from placement_helpers import make_module, problem, random_module
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir.types import Array, Coarse, Support
+from hdp.placement.simulate import Simulator
 from hdp.placers import PlaceContext, place
 from hdp.placers.options import method_from
-from hdp.placement.simulate import Simulator
-from placement_helpers import make_module, problem, random_module
 
 
 def run(name, m, seed=0, arg="", **options):

@@ -9,14 +9,14 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir import serde
 from hdp.ir.build import graph_from_edges
 from hdp.ir.types import Array, Costs, Features, Graph, Module, Op
 from hdp.ir.verify import verify
 from hdp.passes import _kernels as K
 from hdp.passes.coarsen import CoarsenPass, group_ops
-from hdp.synth import random_graph
+from hdp.zoo.synth import random_graph
 
 
 def make_graph(types, edges, edge_bytes=None, src_port=None):
@@ -355,7 +355,7 @@ def _tiny_model(path):
 
 
 def test_cli_coarsen_after_features(tmp_path):
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     _tiny_model(tmp_path / "tiny.xml")
     run = CliRunner().invoke

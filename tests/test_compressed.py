@@ -15,8 +15,8 @@ from hdp.passes.support import SupportPass
 from hdp.placement.problem import build_problem
 from hdp.placement.structure import CONE, PLACED, roles
 from hdp.placers.options import Optimal
-from hdp.runtime.profile import op_bytes
-from hdp.runtime.target import load_target
+from hdp.runtime.costs.profile import op_bytes
+from hdp.target.target import load_target
 
 
 def placed_devices(xml, target):
@@ -40,9 +40,8 @@ def build_mlp(tmp_path, weights: str):
     """x[1,256,1024] -> 4 x (MatMul 1024x1024 -> Relu) -> Result, with weights stored as f32, as
     f16 + Convert (an FP16-compressed IR) or as u8 + Convert/Subtract/Multiply (NNCF int8)."""
     import openvino as ov
-    from openvino import opset13 as ops
-
     from conftest import save_model
+    from openvino import opset13 as ops
 
     rng = np.random.default_rng(0)
     x = ops.parameter([1, 256, 1024], np.float32, name="x")

@@ -10,15 +10,15 @@ import msgspec
 import numpy as np
 import pytest
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
 from hdp.placement import _kernels as K
-from hdp.runtime.concurrent import compile_concurrent, lane_cores
-from hdp.runtime.concurrent_split import split_model
-from hdp.runtime.devices import make_core
-from hdp.runtime.placed import compile_placed, write_placed
-from hdp.runtime.target import load_target
+from hdp.runtime.placed.executor import compile_concurrent, lane_cores
+from hdp.runtime.placed.model import compile_placed, write_placed
+from hdp.runtime.placed.split import split_model
+from hdp.target.devices import make_core
+from hdp.target.target import load_target
 
 EXACT = dict(rtol=1e-5, atol=1e-5)
 
@@ -294,9 +294,8 @@ def test_split_leaves_constants_shared_and_uncut(bed):
 
 
 def _sim(types, edges, op_time, ovh=0.0, lat=0.0):
-    from tests.placement_helpers import make_module, problem
-
     from hdp.placement.simulate import Simulator
+    from tests.placement_helpers import make_module, problem
 
     m = make_module(types, edges, op_time, lat=lat, bw=1e30, ovh=ovh)
     return Simulator(problem(m))
@@ -328,9 +327,8 @@ def test_concurrent_makespan_charges_conversions_on_both_devices():
     subgraphs is converted once out of its producer's sub-model (on the producer's device) and once
     into each consumer sub-model (on the consumer's), ``convert`` seconds per byte; a tensor read
     twice by one subgraph is converted into it once, a Parameter's or a Result's tensor never."""
-    from tests.placement_helpers import make_module, per_group, problem
-
     from hdp.placement.simulate import Simulator
+    from tests.placement_helpers import make_module, per_group, problem
 
     types = ["Parameter", "MatMul", "MatMul", "MatMul", "Add", "Result"]
     edges = [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 5)]
@@ -379,7 +377,7 @@ def test_hdp_evaluate_execution_concurrent(branchy_xml, tmp_path):
 
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     m = lower(branchy_xml)
     names = [op.name for op in m.graph.ops]
@@ -400,7 +398,7 @@ def test_hdp_evaluate_execution_concurrent(branchy_xml, tmp_path):
 
 def test_fit_executor_costs_measures_three_probes():
     """The executor's own costs come from real runs on the bed (their values are not asserted)."""
-    from hdp.runtime.concurrent import ExecutorCosts, fit_executor_costs
+    from hdp.runtime.costs.executor import ExecutorCosts, fit_executor_costs
 
     c = fit_executor_costs(load_target("virtual-f32"), rounds=12)
     assert isinstance(c, ExecutorCosts) and c.rounds == 12
@@ -416,10 +414,9 @@ def test_fit_executor_costs_measures_three_probes():
 
 
 def test_concurrent_batch_equals_one_by_one():
-    from tests.placement_helpers import random_module
-
     from hdp.placement.simulate import Simulator
     from tests.placement_helpers import problem as problem_of_module
+    from tests.placement_helpers import random_module
 
     rng = np.random.default_rng(11)
     m = random_module(rng, 40, 3)
@@ -440,9 +437,9 @@ TOWER_TIME = np.array([[0, 0], [1, 1], [2, 2], [2, 2], [2, 2], [2, 2], [1, 1], [
 
 
 def _towers_ctx(objective):
-    from tests.placement_helpers import make_module, problem as problem_of_module
-
     from hdp.placers import PlaceContext
+    from tests.placement_helpers import make_module
+    from tests.placement_helpers import problem as problem_of_module
 
     m = make_module(TOWER_TYPES, TOWER_EDGES, TOWER_TIME, lat=1e-6, bw=1e12, ovh=1e-5)
     return PlaceContext(module=m, problem=problem_of_module(m).with_objective(objective))
@@ -520,20 +517,25 @@ def test_placers_serve_the_concurrent_objective_or_refuse_in_one_line():
 
 def test_execution_concurrent_options():
     from hdp.passes.partition import PartitionPass
+    from hdp.pipeline.schedule import make_pass
     from hdp.placement.objective import Concurrent, Latency
 
-    assert PartitionPass.objective_from("latency", None, "sequential") == Latency()
-    assert PartitionPass.objective_from("latency", None, "concurrent") == Concurrent()
-    with pytest.raises(InputError, match="--execution concurrent optimises one request's latency.*throughput"):
-        PartitionPass.objective_from("throughput", None, "concurrent")
     t = load_target("virtual-2x1")
-    p = PartitionPass.from_options({"target": t, "method": "heft", "execution": "concurrent", "launch": "1e-5",
-                                    "handover": "2e-6", "request": "3e-5"})
-    assert p.objective == Concurrent(launch=1e-5, handover=2e-6, request=3e-5)
-    q = PartitionPass.from_options({"target": t, "method": "heft"})
-    assert p.key(b"x") != q.key(b"x") if hasattr(p, "key") else msgspec_bytes(p) != msgspec_bytes(q)
-    with pytest.raises(InputError, match="launch must be a number of seconds"):
-        PartitionPass.from_options({"target": t, "method": "heft", "execution": "concurrent", "launch": "soon"})
+    assert make_pass("partition", {"target": t, "execution": "sequential"}).objective == Latency()
+    assert make_pass("partition", {"target": t, "execution": "concurrent"}).objective == Concurrent()
+    with pytest.raises(InputError, match="--execution concurrent optimises one request's latency.*throughput"):
+        make_pass("partition", {"target": t, "objective": "throughput", "execution": "concurrent"})
+    with pytest.raises(InputError, match="--requests 2: .*not with --execution concurrent"):
+        make_pass("partition", {"target": t, "requests": "2", "execution": "concurrent"})
+    with pytest.raises(InputError, match="launch is a cost of hdp's concurrent executor"):
+        make_pass("partition", {"target": t, "launch": "1e-5"})
+    p = make_pass("partition", {"target": t, "method": "heft", "execution": "concurrent", "launch": "1e-5",
+                                "handover": "2e-6", "request": "3e-5"})
+    assert isinstance(p, PartitionPass) and p.objective == Concurrent(launch=1e-5, handover=2e-6, request=3e-5)
+    q = make_pass("partition", {"target": t, "method": "heft"})
+    assert msgspec_bytes(p) != msgspec_bytes(q)
+    with pytest.raises(InputError, match="option 'launch' must be a number"):
+        make_pass("partition", {"target": t, "method": "heft", "execution": "concurrent", "launch": "soon"})
 
 
 def msgspec_bytes(p) -> bytes:
@@ -547,12 +549,12 @@ def test_hdp_compile_execution_concurrent(tmp_path):
     import openvino as ov
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     xml = tmp_path / "towers.xml"
     ov.save_model(two_towers(n=32, depth=3), str(xml), compress_to_fp16=False)
     args = ["compile", str(xml), "-o", str(tmp_path / "p.xml"), "--target", "virtual-f32", "--no-compare",
-            "--execution", "concurrent", "--cache-dir", str(tmp_path / "c")]
+            "--execution", "concurrent", "--cache-dir", str(tmp_path / "c"), "-v"]
     r = CliRunner().invoke(main, args + ["--method", "heft"])
     assert r.exit_code == 0, r.output
     assert "run by hdp's concurrent executor" in r.output
@@ -617,7 +619,7 @@ def test_a_split_under_hetero_keeps_each_device_to_its_thread_cap(tmp_path):
 
 
 def test_hetero_config_turns_exclusive_requests_off_only_for_thread_capped_devices():
-    from hdp.runtime.devices import hetero_config
+    from hdp.target.devices import hetero_config
 
     capped, free = load_target("virtual-2x1"), load_target("virtual")
     assert hetero_config(free, ["CPU", "CPU_B"], {"PERF_COUNT": "YES"}) == {"PERF_COUNT": "YES"}

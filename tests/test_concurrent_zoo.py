@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hdp import zoo
-from hdp.cli import main
-from hdp.runtime.placed import compile_placed, read_placed
-from hdp.runtime.worker import random_inputs
+from hdp.cli.main import main
+from hdp.runtime.measure.worker import random_inputs
+from hdp.runtime.placed.model import compile_placed, read_placed
+from hdp.zoo import models as zoo
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def test_tiny_zoo_models_run_concurrently(zoo_export, name, tmp_path):
     out = heft_placed(xml, tmp_path)
     pm = read_placed(out)
     from hdp.ir.specialise import Specialisation
-    from hdp.runtime.worker import _recorded_spec
+    from hdp.runtime.measure.worker import _recorded_spec
 
     spec = _recorded_spec(pm.model)
     shapes = [i.shape for i in Specialisation.from_json(spec, str(out)).inputs] if spec else None

@@ -11,15 +11,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+import peer_scoring
 import pytest
 from click.testing import CliRunner
 
-import peer_scoring
-from hdp.cli import main
-from hdp.costgraph import lower, max_load_data, problem_for, read
+from hdp.base.errors import InputError
+from hdp.cli.main import main
+from hdp.costgraph import read
+from hdp.costgraph.graph import lower, max_load_data, problem_for
 from hdp.costgraph.peer import read_split, split_json
-from hdp.errors import InputError
-from hdp.placement import maxload as ML, maxload_search as MS
+from hdp.placement import maxload as ML
+from hdp.placement import maxload_search as MS
 from hdp.placement.problem import build_problem
 
 DATA = Path(__file__).parent / "data" / "dnn_partitioning"

@@ -8,12 +8,13 @@ import itertools
 import numpy as np
 import pytest
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.placement.objective import Concurrent
 from hdp.placement.simulate import Simulator
 from hdp.placers import PlaceContext, place
 from hdp.placers.options import method_from
-from tests.placement_helpers import make_module, problem as problem_of, random_module
+from tests.placement_helpers import make_module, random_module
+from tests.placement_helpers import problem as problem_of
 
 
 def _random_problem(seed: int, n: int = 9, n_dev: int = 2, launch=0.1, handover=0.05):
@@ -173,8 +174,8 @@ def test_hdp_compile_execution_concurrent_cp_sat_writes_a_model_that_runs(tmp_pa
     import openvino as ov
     from click.testing import CliRunner
 
-    from hdp.cli import main
-    from hdp.runtime.placed import compile_placed
+    from hdp.cli.main import main
+    from hdp.runtime.placed.model import compile_placed
     from tests.test_concurrent import EXACT, reference, two_towers
 
     model = two_towers(n=32, depth=2)
@@ -186,7 +187,7 @@ def test_hdp_compile_execution_concurrent_cp_sat_writes_a_model_that_runs(tmp_pa
     r = CliRunner().invoke(main, args + ["--set", "time_limit=0"])
     assert r.exit_code == 2 and "time_limit" in r.output and not out.exists()
     assert len([x for x in r.output.splitlines() if x.strip()]) == 1, r.output
-    r = CliRunner().invoke(main, args + ["--set", "time_limit=20", "--set", "workers=2"])
+    r = CliRunner().invoke(main, args + ["--set", "time_limit=20", "--set", "workers=2", "-v"])
     assert r.exit_code == 0, r.output
     assert "cp-sat (simulated, concurrent executor):" in r.output
     assert "checked: runs concurrently (hdp's executor)" in r.output

@@ -1,4 +1,4 @@
-"""The profile knows its noise (hdp/runtime/denoise.py, issue 21): per-op medians, devices of one
+"""The profile knows its noise (hdp/runtime/costs/denoise.py, issue 21): per-op medians, devices of one
 kind pooled, per-op differences shrunk toward the device ratio, and optimal's margin from the noise."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from placement_helpers import make_module, problem
 
 from hdp.ir.types import Array, Costs
 from hdp.placers import PlaceContext, place
 from hdp.placers.options import method_from
-from hdp.runtime import denoise as dn
-from placement_helpers import make_module, problem
+from hdp.runtime.costs import denoise as dn
 
 
 def test_per_op_median_resists_a_burst_and_the_variance_is_moderated():
@@ -116,12 +116,12 @@ def test_gain_noise_counts_the_ops_a_placement_moves():
 
 def test_identical_devices_share_one_profile_and_optimal_keeps_one(zoo_export, tmp_path):
     """virtual-f32: two CPU plugin instances in f32 compute alike on any host."""
-    from hdp.cli import main
+    from hdp.cli.main import main
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.runtime.profile import profile_costs
-    from hdp.runtime.target import load_target
+    from hdp.pipeline.schedule import make_pass
+    from hdp.runtime.costs.profile import profile_costs
+    from hdp.target.target import load_target
 
     xml = zoo_export("mobilenet_v2-tiny")
     t = load_target("virtual-f32")
@@ -136,4 +136,4 @@ def test_identical_devices_share_one_profile_and_optimal_keeps_one(zoo_export, t
     r = CliRunner().invoke(main, ["compile", str(xml), "--target", "virtual-f32", "--method", "optimal", "-o", str(out),
                                   "--no-check", "--no-compare", "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
-    assert "CPU_B: 0 ops" in r.output, r.output
+    assert ", CPU_B 0) on virtual-f32" in r.output, r.output

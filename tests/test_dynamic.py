@@ -8,17 +8,19 @@ the CPU plugin registered again with a bf16 hint: outputs are compared with a bf
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from dynamic_models import build_cnn, build_encoder, build_stateful_lm, save
-from hdp.errors import InputError
-from hdp.ir import op_identity as oi, openvino_frontend as fe, openvino_read as ovr
+
+from hdp.base.errors import InputError
+from hdp.ir import op_identity as oi
+from hdp.ir import openvino_frontend as fe
+from hdp.ir import openvino_read as ovr
 from hdp.ir.openvino_frontend import lower
-from hdp.ir.specialise import parse_request
+from hdp.ir.shapes import parse_request
 from hdp.ir.types import Array, Placement
 from hdp.passes.manager import PassManager
-from hdp.pipeline import make_pass
-from hdp.runtime.placed import compile_placed, write_placed
-from hdp.runtime.target import load_target
+from hdp.pipeline.schedule import make_pass
+from hdp.runtime.placed.model import compile_placed, write_placed
+from hdp.target.target import load_target
 
 BF16 = dict(rtol=0.05, atol=0.05)
 
@@ -131,7 +133,7 @@ def test_shapes_that_do_not_fit_and_misused_options(models, tmp_path):
 
 def test_lower_cache_key_includes_the_specialisation(models, tmp_path):
     from hdp.passes.cache import PassCache
-    from hdp.pipeline import lower_cached
+    from hdp.pipeline.stages import lower_cached
 
     cache = PassCache(tmp_path / "cache")
     a = lower_cached(models["enc"], parse_request([], seq_len=8), cache)
@@ -189,7 +191,37 @@ def test_name_mapping_helpers():
     assert index == {"a": [0, 2], "b,c": [1], "d": [3]}
     assert oi.layer_names_to_positions("b,c,d", index) == [1, 3]
     assert oi.layer_names_to_positions("zzz,a", index) == [0, 2]
+    assert oi.most_name_parts(index) == 2 and oi.most_name_parts({}) == 1
     assert oi.supported_mask(ops, {"d", "a", "nope"}).tolist() == [True, False, True, True]
+
+
+def _every_length(original, index):
+    """:func:`hdp.ir.op_identity.layer_names_to_positions` as it was: every length tried."""
+    parts = original.split(",") if original else []
+    out, i = set(), 0
+    while i < len(parts):
+        for j in range(len(parts), i, -1):
+            if ",".join(parts[i:j]) in index:
+                out.update(index[",".join(parts[i:j])])
+                i = j
+                break
+        else:
+            i += 1
+    return sorted(out)
+
+
+def test_layer_names_map_as_when_every_length_was_tried():
+    """Names with up to three commas, runtime nodes listing known and unknown names in any order:
+    the bounded search finds what trying every length found."""
+    rng = np.random.default_rng(0)
+    pieces = ["a", "b", "c", "d", "e", "f"]
+    names = sorted({",".join(rng.choice(pieces, size=int(rng.integers(1, 5)))) for _ in range(40)})
+    index = {n: [k] for k, n in enumerate(names)}
+    for _ in range(300):
+        original = ",".join(rng.choice(names + ["zzz", "b,zzz"], size=int(rng.integers(0, 12))))
+        assert oi.layer_names_to_positions(original, index) == _every_length(original, index), original
+        singles = {k for n in original.split(",") if n in index for k in index[n]} if original else set()
+        assert oi.layer_names_to_positions(original, index, 1) == sorted(singles)
 
 
 # --------------------------------------------------------------------------- written models keep their shapes
@@ -338,8 +370,8 @@ def test_models_without_ops_or_inputs_are_refused(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:profile on")
 def test_worker_measures_and_profiles_stateful_specialisations(models):
-    from hdp.runtime.measure import Measurer
-    from hdp.runtime.profile import profile_costs
+    from hdp.runtime.costs.profile import profile_costs
+    from hdp.runtime.measure.measurer import Measurer
 
     t = load_target("virtual")
     for phase in ("prefill", "decode"):
@@ -354,7 +386,7 @@ def test_worker_measures_and_profiles_stateful_specialisations(models):
 
 
 def test_worker_refuses_a_module_whose_source_changed_structure(models, tmp_path):
-    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measure.measurer import Measurer
 
     m = lower(models["cnn"])
     bad = m.replace(graph=lower(models["enc"]).graph)
@@ -364,7 +396,7 @@ def test_worker_refuses_a_module_whose_source_changed_structure(models, tmp_path
 
 
 def test_compile_command_on_a_dynamic_model(models, tmp_path):
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     out = tmp_path / "placed.xml"
     r = CliRunner().invoke(main, ["compile", str(models["enc"]), "-o", str(out), "--target", "virtual",
@@ -391,12 +423,10 @@ def test_transformers_bert_export_split_runs_at_two_sequence_lengths(tmp_path):
     """A transformers BERT through ov.convert_model: dynamic [?,?] inputs and FP16-compressed
     weights. Reshaping it (the old way) made SmartReshape add ops with fresh auto names."""
     import openvino as ov
-
+    from click.testing import CliRunner
     from dynamic_models import export_bert
 
-    from click.testing import CliRunner
-
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     xml = export_bert(tmp_path / "bert.xml")
     m = lower(xml, parse_request([], seq_len=32))

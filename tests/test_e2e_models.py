@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hdp import zoo
-from hdp.cli import main
-from hdp.runtime.placed import compile_placed
-from hdp.runtime.verify import PRECISION_MARGIN, TOLERANCE_REDUCED
+from hdp.cli.main import main
+from hdp.runtime.placed.model import compile_placed
+from hdp.runtime.serve.verify import PRECISION_MARGIN, TOLERANCE_REDUCED
+from hdp.zoo import models as zoo
 
 METHODS = ["random", "heft", "optimal", "default"]
 
@@ -52,8 +52,8 @@ def run_at_two_shapes(placed_xml, original, feeds):
     promises: a relative L2 error of TOLERANCE_REDUCED, or PRECISION_MARGIN times that of the
     least precise used device running the original alone (a random-weight CNN in bf16 is 0.28 off
     its f32 self on this host's CPU_B: the whole split is held to that, not to 5e-2)."""
-    from hdp.runtime.devices import make_core
-    from hdp.runtime.placed import read_placed
+    from hdp.runtime.placed.model import read_placed
+    from hdp.target.devices import make_core
 
     pm = read_placed(placed_xml)
     core = make_core(pm.target, list(pm.used))

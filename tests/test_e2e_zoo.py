@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hdp.cli import main
+from hdp.cli.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,8 @@ def random_inputs(model, seed=0):
 def test_compile_cpu_then_hetero_matches_plain(name, tmp_path):
     import openvino as ov
 
-    from hdp.runtime.placed import compile_placed
-    from hdp.zoo import export
+    from hdp.runtime.placed.model import compile_placed
+    from hdp.zoo.models import export
 
     xml = export(name, tmp_path / f"{name}.xml")
     out = tmp_path / "placed.xml"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hdp.cli import main
+from hdp.cli.main import main
 from hdp.ir.openvino_frontend import lower
 from hdp.ir.types import Array, Placement
-from hdp.runtime.placed import write_placed
-from hdp.runtime.target import load_target
+from hdp.runtime.placed.model import write_placed
+from hdp.target.target import load_target
 
 
 def run(*args):
@@ -49,7 +49,7 @@ def test_evaluate_measures_a_random_split_of_a_dynamic_bert(bert_dynamic_xml, tm
 @pytest.mark.slow
 def test_evaluate_measures_splits_of_dynamic_and_stateful_llamas(zoo_export, llama_stateful_xml, tmp_path):
     from hdp.placement.problem import problem_of
-    from hdp.runtime.verify import PlacementChecker
+    from hdp.runtime.serve.verify import PlacementChecker
 
     int4 = zoo_export("llama-tiny:dynamic,int4")
     for seed in (4, 5):  # before: (index 7) "the model input (shape=[1,1,1,128]) and the tensor (shape=(0.1.1.128))"
@@ -74,9 +74,8 @@ def test_evaluate_measures_splits_of_dynamic_and_stateful_llamas(zoo_export, lla
 
 def _tiny_placed(tmp_path):
     """Three placed files of one tiny model: a split, all on CPU_B, and a byte copy of the split."""
-    from test_measure import _tiny_model
-
     import openvino as ov
+    from test_measure import _tiny_model
 
     src = tmp_path / "tiny.xml"
     ov.save_model(_tiny_model(), str(src), compress_to_fp16=False)
@@ -159,5 +158,9 @@ def test_every_method_prints_its_simulated_latency_on_a_modeled_target(branchy_x
     r = run("compile", branchy_xml, "-o", tmp_path / "p.xml", "--target", "i9-flex170", "--method", method,
             "--no-cache")
     assert r.exit_code == 0, r.output
+    verdict = [ln for ln in r.output.splitlines() if ln.startswith("verdict (simulated, nothing run): latency ")]
+    assert len(verdict) == 1 and "best single device" in verdict[0] and len(r.output.splitlines()) <= 6
+    r = run("compile", branchy_xml, "-o", tmp_path / "p.xml", "--target", "i9-flex170", "--method", method,
+            "--no-cache", "-v")
     line = [ln for ln in r.output.splitlines() if ln.startswith("simulated: this placement")]
     assert len(line) == 1 and "best single device" in line[0] and "lower bound" in line[0]

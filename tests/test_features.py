@@ -8,14 +8,14 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir import serde
 from hdp.ir.build import graph_from_edges
 from hdp.ir.types import Module, Op
 from hdp.ir.verify import verify
 from hdp.passes import _kernels as K
 from hdp.passes.features import OP_TYPES, VOCAB_VERSION, FeaturesPass, feature_matrix
-from hdp.synth import random_graph
+from hdp.zoo.synth import random_graph
 
 
 def make_graph(types, edges, shapes=None):
@@ -266,7 +266,7 @@ def test_cli_features_on_a_lowered_model(tmp_path):
     import openvino.opset13 as ops
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     x = ops.parameter([1, 16], np.float32, name="x")
     w = ops.constant(np.ones((16, 8), np.float32))

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
-
 from conftest import build_branchy, save_model
-from hdp.errors import InputError
+
+from hdp.base.errors import InputError
 from hdp.ir.openvino_frontend import lower
-from hdp.ir.specialise import parse_input_shapes
+from hdp.ir.shapes import parse_input_shapes
 from hdp.ir.verify import verify
 
 
@@ -99,7 +99,7 @@ def test_bad_input_shape_spec(spec):
 
 
 def test_input_shape_spec_scalars_zero_sizes_and_types():
-    from hdp.ir.specialise import parse_request
+    from hdp.ir.shapes import parse_request
 
     assert parse_input_shapes(["s:", "x:0,3", "in:0:1,224x224:f32"]) == {"s": [], "x": [0, 3], "in:0": [1, 224, 224]}
     r = parse_request(["ids:1,16:i64;s::bool"], seq_len=8, phase="decode")

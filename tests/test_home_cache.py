@@ -18,17 +18,17 @@ def _inside(path, root) -> bool:
 
 
 def test_every_default_cache_is_the_sessions(tmp_path):
-    from hdp import zoo
-    from hdp.cache import default_cache_dir
-    from hdp.jit import cache_dir as numba_dir
-    from hdp.runtime.measure_cache import measure_cache_dir
+    from hdp.base.cache import default_cache_dir
+    from hdp.base.jit import cache_dir as numba_dir
+    from hdp.runtime.measure.cache import measure_cache_dir
+    from hdp.zoo import models as zoo
 
     for path in (default_cache_dir(), zoo._default_root(), measure_cache_dir()):
         assert _inside(path, SESSION_DIR), path
     # compiled Numba kernels are code: kept between sessions in the checkout, never in the user's cache
     assert not _inside(numba_dir(), USER_CACHE) and not _inside(numba_dir(), SESSION_DIR)
     # worker processes inherit it
-    out = subprocess.run([sys.executable, "-c", "from hdp.cache import default_cache_dir; print(default_cache_dir())"],
+    out = subprocess.run([sys.executable, "-c", "from hdp.base.cache import default_cache_dir; print(default_cache_dir())"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert _inside(out, SESSION_DIR), out
 
@@ -51,7 +51,7 @@ def test_tree_state_sees_a_read_and_a_write(tmp_path):
 
 
 def test_cache_info_and_prune_cover_the_zoo(tmp_path):
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     root = tmp_path / "c"
     old, new = root / "zoo" / "old-0123", root / "zoo" / "new-4567"
@@ -72,7 +72,7 @@ def test_cache_info_and_prune_cover_the_zoo(tmp_path):
 
 
 def test_zoo_use_makes_an_entry_recent(tmp_path, monkeypatch):
-    from hdp import zoo
+    from hdp.zoo import models as zoo
 
     monkeypatch.setattr(zoo, "build", lambda spec: _tiny())
     xml = zoo.cached("mobilenet_v2", tmp_path / "zoo")

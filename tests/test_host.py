@@ -4,10 +4,12 @@ import re
 
 import pytest
 
-import hdp.runtime.host as host
+import hdp.target.host as host
+from hdp.passes import manager
 from hdp.passes.manager import PassManager, pass_key
-from hdp.pipeline import make_pass
-from hdp.runtime.target import load_target
+from hdp.pipeline.schedule import make_pass
+from hdp.runtime.measure import cache as measure_cache
+from hdp.target.target import load_target
 
 
 def test_host_facts_and_fingerprint():
@@ -22,7 +24,9 @@ def test_host_facts_and_fingerprint():
 def other_host(monkeypatch):
     """Pretend to be another machine (another CPU or OpenVINO version)."""
     def switch():
-        monkeypatch.setattr(host, "host_fingerprint", lambda: "another-host")
+        # where it is called: the pass manager's keys and the measurement cache's
+        monkeypatch.setattr(manager, "host_fingerprint", lambda: "another-host")
+        monkeypatch.setattr(measure_cache, "host_fingerprint", lambda: "another-host")
     return switch
 
 

@@ -3,16 +3,16 @@ Numba simulator as the reward (the learn tests use a reference evaluator)."""
 
 import numpy as np
 from click.testing import CliRunner
+from placement_helpers import per_group
 
-from hdp.cli import main
+from hdp.cli.main import main
 from hdp.ir import serde
 from hdp.ir.openvino_frontend import lower
 from hdp.passes.manager import PassManager
-from hdp.pipeline import compile_schedule
+from hdp.pipeline.schedule import compile_schedule
 from hdp.placement.problem import build_problem
 from hdp.placement.simulate import Simulator
-from hdp.runtime.target import load_target
-from placement_helpers import per_group
+from hdp.target.target import load_target
 
 SMALL = {"episodes": 3, "samples": 4, "hidden": 32, "reward": "simulate", "warm_start": "none"}
 
@@ -50,14 +50,14 @@ def test_warm_start_from_optimal_matches_it(branchy_xml):
 
 def test_one_device_target_places_everything_there(branchy_xml, tmp_path):
     r = CliRunner().invoke(main, ["compile", str(branchy_xml), "-o", str(tmp_path / "p.xml"), "--devices", "CPU",
-                                  "--method", "hsdag", "--no-cache", "--no-compare"])
+                                  "--method", "hsdag", "--no-cache", "--no-compare", "-v"])
     assert r.exit_code == 0, r.output
     assert "one device (CPU): every op on it" in r.output
 
 
 def test_compile_cli_with_hsdag_on_modeled_target(branchy_xml, tmp_path):
     args = ["compile", str(branchy_xml), "-o", str(tmp_path / "p.xml"), "--target", "i9-flex170",
-            "--method", "hsdag", "--no-cache", "--budget", "30"] + [f"--set={k}={v}" for k, v in SMALL.items()]
+            "--method", "hsdag", "--no-cache", "--budget", "30", "-v"] + [f"--set={k}={v}" for k, v in SMALL.items()]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "hsdag (simulate reward): kept" in r.output

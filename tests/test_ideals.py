@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hdp.costgraph import lower, max_load_data, read
-from hdp.placement import maxload as ML, maxload_search as MS
+from hdp.costgraph import read
+from hdp.costgraph.graph import lower, max_load_data
+from hdp.placement import maxload as ML
+from hdp.placement import maxload_search as MS
 from hdp.placement.ideals import pipeline_dag
 from hdp.placement.problem import build_problem
 

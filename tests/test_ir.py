@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir import serde
 from hdp.ir.build import csr, disjoint_set, graph_from_edges, predecessors_csr, topological_order
 from hdp.ir.types import Array, Module, Op, Placement

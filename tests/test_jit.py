@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import hdp
-from hdp.jit import cache_dir
-from hdp.warmup import kernels
+from hdp.base.jit import cache_dir
+from hdp.pipeline.warmup import kernels
 
 ROOT = str(Path(hdp.__file__).resolve().parent.parent)
 DATA = Path(__file__).parent / "data"
@@ -40,7 +40,7 @@ def test_kernels_cache_under_the_hdp_cache_dir(tmp_path):
 def test_every_kernel_is_a_cached_dispatcher():
     ks = kernels()
     # one per kernel module: the simulator's, the max-load objective's, HEFT's, the passes'
-    for name in ("passes.fractal_dimension", "placement.sequential_batch", "placement.ml_ideal_dp",
+    for name in ("passes.fractal_dimension", "placement.sequential_batch", "placement.ml_ideal_dp", "placement.plan_ideal_dp",
                  "placers.heft_schedule_mem"):
         assert name in ks, name
     for name, d in ks.items():
@@ -49,22 +49,23 @@ def test_every_kernel_is_a_cached_dispatcher():
 
 @pytest.mark.slow
 def test_warm_up_leaves_nothing_to_compile_on_the_users_path(tmp_path, branchy_xml):
-    """After ``python -m hdp.warmup`` into an empty cache, lowering a real model and running the
+    """After ``python -m hdp.pipeline.warmup`` into an empty cache, lowering a real model and running the
     compile pipeline (classical methods, refinement, hsdag), and placing a cost graph as ``hdp
     place`` does, compiles no kernel."""
     nb = str(tmp_path / "numba")
-    _python("from hdp.warmup import main; main()", NUMBA_CACHE_DIR=nb)
+    _python("from hdp.pipeline.warmup import main; main()", NUMBA_CACHE_DIR=nb)
     code = f"""
 from hdp.ir.openvino_frontend import lower
-from hdp.warmup import compiled_now
+from hdp.pipeline.warmup import compiled_now
 from hdp.passes.manager import PassManager
-from hdp.pipeline import compile_schedule
-from hdp.runtime.target import load_target
+from hdp.pipeline.schedule import compile_schedule
+from hdp.target.target import load_target
 m = lower({str(branchy_xml)!r})
 for method, extra in [("optimal", {{}}), ("heft", {{}}), ("random", {{}}),
                       ("hsdag", {{"budget": 2.0, "episodes": 1, "samples": 2}})]:
     PassManager(compile_schedule(load_target("i9-flex170"), method, extra=extra, refine=True)).run(m)
-from hdp.costgraph import lower as lower_cg, max_load_data, problem_for, read
+from hdp.costgraph.graph import lower as lower_cg, max_load_data, problem_for
+from hdp.costgraph import read
 from hdp.placement import maxload_search as MS
 c = lower_cg(read({str(DATA / "dnn_partitioning" / "bert24_training.json")!r}))
 p = problem_for(c)

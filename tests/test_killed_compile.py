@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from hdp.fsutil import KILL_ENV, is_temp
-from hdp.runtime.protocol import FAULT_ENV, PARENT_ENV
 from placement_helpers import MODELED_TOML as MODELED
+
+from hdp.base.fsutil import KILL_ENV, is_temp
+from hdp.runtime.measure.protocol import FAULT_ENV, PARENT_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def temporaries(*roots: Path) -> list[str]:
 
 def compile_argv(model: Path, work: Path, scenario: str) -> list[str]:
     common = ["-o", work / "out" / "p.xml", "--emit-ir", work / "out" / "m.hdp", "--dump-ir", work / "dump",
-              "--timings", work / "out" / "t.json", "--cache-dir", work / "cache"]
+              "--timings", work / "out" / "t.json", "--cache-dir", work / "cache", "-v"]  # -v: a line per pass
     if scenario == "virtual":
         return ["compile", model, "--target", "virtual", "--method", "hetero-auto", "--timeout", "60", *common]
     return ["compile", model, "--target", work.parent / "m2.toml", "--method", "hsdag", "--budget", "0", "--seed", "1",

@@ -14,22 +14,23 @@ import sys
 import numpy as np
 import pytest
 
-from hdp.errors import HdpError, InputError
-from hdp.ir.build import edge_sources, graph_from_edges
-from hdp.ir.types import Array, Coarse, Costs, Features, Module, Op, Support
-from hdp.learn.parse import dominant_edges, merge, quotient
-from hdp.placement.problem import build_problem
-
 # torch and torch_geometric are hard dependencies of hdp: a broken install must fail this module
 # loudly (an ImportError at collection), never skip the learning suite.
 import torch  # noqa: E402
 import torch_geometric  # noqa: E402,F401
 
 import hdp.learn.trainer as trainer  # noqa: E402
-from hdp.learn.graph import build_learn_graph  # noqa: E402
-from hdp.learn.model import HsdagNet, ModelConfig, ParseConfig, Problem  # noqa: E402
+from hdp.base.errors import HdpError, InputError
+from hdp.ir.build import edge_sources, graph_from_edges
+from hdp.ir.types import Array, Coarse, Costs, Features, Module, Op, Support
+from hdp.learn import clock
 from hdp.learn.checkpoint import load_checkpoint  # noqa: E402
-from hdp.learn.trainer import TrainConfig, imitate, train  # noqa: E402
+from hdp.learn.config import ModelConfig, ParseConfig, TrainConfig  # noqa: E402
+from hdp.learn.graph import build_learn_graph  # noqa: E402
+from hdp.learn.model import HsdagNet, Problem
+from hdp.learn.parse import dominant_edges, merge, quotient
+from hdp.learn.trainer import imitate, train  # noqa: E402
+from hdp.placement.problem import build_problem
 
 DEV2 = ("A", "B")
 
@@ -77,6 +78,28 @@ def brute_force(m: Module) -> float:
 
 
 FAST = dict(samples=8, hidden=32, lr=1e-2, progress=False)
+
+
+class FakeClock:
+    """The learners' clock (:func:`hdp.learn.clock.now`) under a test's control: ``tick`` seconds
+    pass at every reading, and a test moves ``t`` on by the work it charges (an evaluation)."""
+
+    def __init__(self, tick=0.0):
+        self.t, self.tick = 0.0, tick
+
+    def __call__(self):
+        self.t += self.tick
+        return self.t
+
+
+def charged(evaluate, clock: FakeClock, seconds: float):
+    """``evaluate`` taking ``seconds`` of ``clock`` per call."""
+
+    def slow(device_of):
+        clock.t += seconds
+        return evaluate(device_of)
+
+    return slow
 
 
 # --- the parser ------------------------------------------------------------------------------
@@ -173,6 +196,18 @@ def test_one_update_changes_the_parameters(tmp_path):
     changed = {k.split(".")[0] for k in init if not torch.equal(init[k], trained[k])}
     # the policy head, the GNN and the edge scorer (via the stochastic parse) all receive gradient
     assert {"head", "convs", "edge_mlp", "inp"} <= changed
+
+
+def test_training_called_under_no_grad_still_learns():
+    """The fuzz campaign's case: a command interrupted inside ``torch.no_grad()`` left grad mode off
+    in the process; the next training's backward then raised "element 0 of tensors does not require
+    grad". Training turns it on for itself."""
+    m = blocks_module()
+    lg = build_learn_graph(m, build_problem(m, DEV2))
+    with torch.no_grad():
+        r = train(lg, reference(m), TrainConfig(episodes=2, seed=3, **FAST))
+        assert not torch.is_grad_enabled()  # the caller's mode, given back
+    assert r.samples > 0 and r.best_device_of is not None
 
 
 def chain_optimum(m: Module) -> float:
@@ -278,13 +313,18 @@ def test_warm_start_is_a_candidate_and_is_imitated():
     assert loss < 0.2 and (placed == best).mean() >= 0.95
 
 
-def test_budgets_stop_training():
+def test_budgets_stop_training(monkeypatch):
+    """The placements budget, and the seconds budget on a clock the test holds: every evaluation
+    takes 0.1 s of it, so 0.5 s stop training after at most five, with the budget kept."""
     m = blocks_module()
     lg = build_learn_graph(m, build_problem(m, DEV2))
     r = train(lg, reference(m), TrainConfig(episodes=50, max_placements=10, **FAST))
     assert r.evaluations == 10 and r.stopped == "placements" and r.best_device_of is not None
-    r = train(lg, reference(m), TrainConfig(episodes=10_000, max_seconds=0.5, **FAST))
-    assert r.stopped == "seconds" and r.seconds < 5
+    fake = FakeClock()
+    monkeypatch.setattr(clock, "now", fake)
+    r = train(lg, charged(reference(m), fake, 0.1), TrainConfig(episodes=10_000, max_seconds=0.5, **FAST))
+    assert r.stopped == "seconds" and 1 <= r.evaluations <= 5 and r.best_device_of is not None
+    assert r.seconds == pytest.approx(fake.t) and fake.t <= 0.5 + 1e-9 and r.episodes < 10_000
 
 
 def test_failed_evaluations_are_penalised_and_training_continues():

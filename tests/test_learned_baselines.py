@@ -10,21 +10,37 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from hdp.errors import InputError
-from hdp.placement.problem import build_problem
-
 import torch  # noqa: F401,E402  (hard dependency: fail loudly, never skip)
+from test_learn import (  # noqa: E402
+    DEV2,
+    FakeClock,
+    blocks_module,
+    chain_optimum,
+    charged,
+    make_module,
+    reference,
+)
 
+from hdp.base.errors import InputError
+from hdp.learn import clock
 from hdp.learn.config import PlacetoConfig, RnnConfig  # noqa: E402
 from hdp.learn.graph import build_learn_graph  # noqa: E402
-from hdp.learn.harness import (Budget, candidates_of, learn, objective_cost, objective_problem,  # noqa: E402
-                               problem_cost, time_to_best, train_on_models, zero_shot)
+from hdp.learn.harness import (  # noqa: E402
+    Budget,
+    candidates_of,
+    learn,
+    objective_cost,
+    objective_problem,
+    problem_cost,
+    time_to_best,
+    train_on_models,
+    zero_shot,
+)
 from hdp.learn.placeto import train_placeto  # noqa: E402
 from hdp.learn.rnn import train_rnn  # noqa: E402
 from hdp.learn.trainer import StopTraining  # noqa: E402
+from hdp.placement.problem import build_problem
 from hdp.placement.simulate import Simulator  # noqa: E402
-from test_learn import DEV2, blocks_module, chain_optimum, make_module, reference  # noqa: E402
 
 
 def _setup(n=12, block=3, seed=0):
@@ -158,9 +174,9 @@ def test_placeto_learns_node_by_node():
                                          ("rnn-placer", {"placements": 100, "hidden": 32})])
 def test_placers_run_through_place_and_keep_the_best(method, opts):
     from hdp.passes.coarsen import CoarsenPass
+    from hdp.placement.simulate import Simulator
     from hdp.placers import PlaceContext, place
     from hdp.placers.options import method_from
-    from hdp.placement.simulate import Simulator
 
     m = blocks_module()
     m = CoarsenPass(rule="none").run(m)
@@ -215,21 +231,21 @@ def test_concurrent_objective_is_the_problems_as_compile_prices_it():
     """The harness's ``concurrent`` is the problem's :class:`Concurrent` objective, the one ``hdp
     compile --execution concurrent`` puts in its problem, priced by the simulator's executor
     semantics with that objective's launch, hand-over and request costs (not a copy of its own)."""
-    from types import SimpleNamespace
-
-    from hdp.passes.partition import PartitionPass
+    from hdp.pipeline.schedule import make_pass
     from hdp.placement.objective import Concurrent
     from hdp.placement.simulate import Simulator
+    from hdp.target.target import load_target
 
     m = _branchy_module()
     p = build_problem(m, DEV2)
-    assert objective_problem(p, "concurrent").objective == PartitionPass.objective_from("latency", None, "concurrent")
+    compiles = make_pass("partition", {"target": load_target("virtual-2x1"), "execution": "concurrent"}).objective
+    assert objective_problem(p, "concurrent").objective == compiles == Concurrent()
     split = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 0], np.int16)
     sim = Simulator(p)
     assert objective_cost(p, "concurrent")(split) == sim.latency_concurrent(split)
     # an executor calibrated by hdp calibrate: compile's objective, and the harness prices it the same
-    costs = SimpleNamespace(launch=2e-4, handover=5e-5, request=1e-4)
-    calibrated = PartitionPass.objective_from("latency", None, "concurrent", costs)
+    calibrated = make_pass("partition", {"target": load_target("virtual-2x1"), "execution": "concurrent",
+                                         "launch": 2e-4, "handover": 5e-5, "request": 1e-4}).objective
     assert calibrated == Concurrent(launch=2e-4, handover=5e-5, request=1e-4)
     priced = objective_cost(p, calibrated)(split)
     assert priced == Simulator(p.with_objective(calibrated)).cost(split)
@@ -254,10 +270,15 @@ def test_harness_gives_every_learner_the_same_budget_seed_and_warm_start(method)
     assert 0 <= time_to_best(r) <= r.seconds
 
 
-def test_harness_wall_budget_stops_training():
+def test_harness_wall_budget_stops_training(monkeypatch):
+    """The harness's seconds on the learners' clock, held by the test: every evaluation takes 0.05 s
+    of it, so Placeto stops within 0.5 s, after at most ten evaluations."""
     m, p, lg = _setup(n=24, block=4)
-    r = learn("placeto", m, p, reference(m), Budget(seconds=0.5), seed=0)
-    assert r.stopped == "seconds" and r.seconds < 5
+    fake = FakeClock()
+    monkeypatch.setattr(clock, "now", fake)
+    r = learn("placeto", m, p, charged(reference(m), fake, 0.05), Budget(seconds=0.5), seed=0)
+    assert r.stopped == "seconds" and 1 <= r.evaluations <= 10
+    assert r.seconds == pytest.approx(fake.t) and fake.t <= 0.5 + 1e-9
 
 
 # --- policy reuse -----------------------------------------------------------------------------

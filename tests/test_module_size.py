@@ -1,4 +1,4 @@
-"""Small modules with one job (DESIGN.md §7): a module of hdp over 600 lines says why in its
+"""Small modules with one job (docs/design.md §10): a module of hdp over 600 lines says why in its
 docstring (issue 17), in a paragraph that names its size ("... over 600 lines because ...")."""
 
 import ast

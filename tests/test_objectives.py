@@ -8,13 +8,13 @@ import os
 
 import numpy as np
 import pytest
+from placement_helpers import make_module, problem, random_module
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.placement.objective import Latency, Throughput
 from hdp.placement.simulate import Simulator
 from hdp.placers import PlaceContext, place
 from hdp.placers.options import Heft, HeteroAuto, Hsdag, Optimal, Random, Single
-from placement_helpers import make_module, problem, random_module
 
 
 def two_op_module(**kw):
@@ -185,8 +185,8 @@ def test_throughput_optimum_splits_where_latency_keeps_one_device():
 
 
 def test_target_memory_accepts_sizes_and_names_the_field_when_bad():
-    from hdp.runtime.capacity import capacities, parse_overrides
-    from hdp.runtime.target import load_target, parse_target
+    from hdp.target.capacity import capacities, parse_overrides
+    from hdp.target.target import load_target, parse_target
 
     t = load_target("dual-gpu")
     assert capacities(t).tolist() == [64 * 2**30, 16 * 2**30, 16 * 2**30]
@@ -209,17 +209,27 @@ def test_target_memory_accepts_sizes_and_names_the_field_when_bad():
 
 def test_partition_options_build_the_objective_and_refuse_bad_values():
     from hdp.passes.partition import PartitionPass
-    from hdp.runtime.target import load_target
+    from hdp.pipeline.schedule import make_pass
+    from hdp.target.target import load_target
 
     t = load_target("i9-flex170")
-    p = PartitionPass.from_options({"target": t, "method": "optimal", "objective": "throughput", "requests": "4",
-                                    "memory": "GPU=1GiB", "context": "2048"})
+    p = make_pass("partition", {"target": t, "method": "optimal", "objective": "throughput", "requests": "4",
+                                "memory": "GPU=1GiB", "context": "2048"})
+    assert isinstance(p, PartitionPass)
     assert p.objective == Throughput(requests=4) and p.memory == (("GPU", 2**30),) and p.context == 2048
-    for opts, msg in (({"objective": "speed"}, "--objective speed"), ({"objective": "throughput", "requests": "0"},
-                      "--requests 0: must be at least 1"), ({"requests": "2"}, "only with --objective throughput"),
-                      ({"context": "-1"}, "--context -1"), ({"memory": "GPU=x"}, "--memory GPU=x")):
+    # a request count alone says throughput (issue 33); typed values from flags are taken as they are
+    assert make_pass("partition", {"target": t, "requests": "3"}).objective == Throughput(requests=3)
+    assert make_pass("partition", {"target": t, "requests": 3, "memory": (("GPU", 5),)}).memory == (("GPU", 5),)
+    for opts, msg in (({"objective": "speed"}, "--objective speed"),
+                      ({"objective": "throughput", "requests": "0"},
+                       r"option 'requests' must be an integer in \[1, 4096\], got 0"),
+                      ({"objective": "latency", "requests": "2"}, "--requests 2: .* not with --objective latency"),
+                      ({"requests": str(10**20)}, r"option 'requests' must be an integer in \[1, 4096\]"),
+                      ({"context": "-1"}, r"option 'context' must be an integer in \[0, 16777216\], got -1"),
+                      ({"memory": "GPU=x"}, "--memory GPU=x"), ({"memory": "GPU=" + "9" * 400}, "over the largest size"),
+                      ({"seed": str(2**70)}, r"option 'seed' must be an integer in \[0, 4294967295\]")):
         with pytest.raises(InputError, match=msg):
-            PartitionPass.from_options({"target": t, **opts})
+            make_pass("partition", {"target": t, **opts})
 
 
 def build_tower(layers=6, width=32):
@@ -239,13 +249,13 @@ def build_tower(layers=6, width=32):
 @pytest.mark.parametrize("method", ["optimal", "heft", "auto"])
 def test_compile_under_a_memory_cap_writes_a_model_whose_devices_hold_their_weights(tmp_path, method):
     from click.testing import CliRunner
-
     from conftest import _save
-    from hdp.cli import main
-    from hdp.runtime.placed import read_placed, weight_bytes_by_device
+
+    from hdp.cli.main import main
+    from hdp.runtime.placed.model import read_placed, weight_bytes_by_device
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
-    from hdp.runtime.capacity import MEMORY_MODELS
+    from hdp.target.capacity import MEMORY_MODELS
 
     layer = 32 * 32 * 4
     # the GPU holds two layers' weights (and their activations), the CPU four (the CPU plugin: its
@@ -259,16 +269,16 @@ def test_compile_under_a_memory_cap_writes_a_model_whose_devices_hold_their_weig
     held = weight_bytes_by_device(read_placed(out))
     assert held["GPU"] <= cap["GPU"] and held["CPU"] <= cap["CPU"] and held["GPU"] + held["CPU"] == 6 * layer
     assert "memory (estimated)" in r.output and "requests in flight" in r.output
-    from hdp.show import show
+    from hdp.cli.show import show
 
     assert f"GPU: {held['GPU'] / 1024:.1f} KiB;" in show(str(out))  # the stored weights as written, per device
 
 
 def test_compile_refuses_a_model_that_fits_no_device(tmp_path):
     from click.testing import CliRunner
-
     from conftest import _save
-    from hdp.cli import main
+
+    from hdp.cli.main import main
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
     out = tmp_path / "p.xml"
@@ -278,7 +288,7 @@ def test_compile_refuses_a_model_that_fits_no_device(tmp_path):
     assert "the model does not fit" in r.output and "CPU 8.0 KiB" in r.output and "GPU 8.0 KiB" in r.output
     r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "i9-flex170",
                                   "--objective", "throughput", "--requests", "0", "--no-cache"])
-    assert r.exit_code == 2 and "--requests 0" in r.output
+    assert r.exit_code == 2 and "--requests: must be an integer in [1, 4096], got 0" in r.output
 
 
 @pytest.mark.slow
@@ -288,18 +298,21 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
     import json
 
     from click.testing import CliRunner
-
     from conftest import _save
-    from hdp.cli import main
+
+    from hdp.cli.main import main
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
     out = tmp_path / "p.xml"
     r = CliRunner().invoke(main, ["compile", str(xml), "-o", str(out), "--target", "virtual-2x1", "--method",
-                                  "optimal", "--objective", "throughput", "--requests", "2", "--no-cache"])
+                                  "optimal", "--objective", "throughput", "--requests", "2", "--no-cache", "-v"])
     assert r.exit_code == 0, r.output
-    # compile's final comparison is the objective's: served beside the plain compile's own streams
+    # compile's final comparison is the objective's: served beside the plain compile's own streams and
+    # beside this host's default plain compile with the throughput hint, whose verdict is the one
     assert "served with 2 requests in flight beside the plain CPU" in r.output, r.output
-    assert "placed vs plain CPU (windows side by side, time per inference): " in r.output
+    assert "placed vs plain CPU (windows side by side, time per request): " in r.output
+    assert "placed vs default CPU (windows side by side, time per request): " in r.output
+    assert "verdict: " in r.output and "default plain CPU compile (" in r.output.split("verdict: ")[1]
     assert sum(x.startswith("verdict: ") for x in r.output.splitlines()) == 1 and "placement vs plain" not in r.output
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "2", "--runs", "3",
                                   "--plain", "CPU", "--json"])
@@ -315,17 +328,17 @@ def test_evaluate_throughput_runs_requests_in_flight_beside_the_simulated_figure
     assert v["rounds"] == 6 and v["verdict"] in ("faster", "slower", "equal") and v["low"] <= v["ratio"] <= v["high"]
     assert res["placed"]["pinning"] == "unpinned"
     # the plain compile priced too: two streams of the one-thread CPU, from the singles recorded when placed
-    from hdp.runtime.placed import model_info, read_placed
+    from hdp.runtime.placed.model import model_info, read_placed
 
     singles = dict(x.split("=") for x in model_info(read_placed(out).model, "sim_singles").split(","))
     assert set(singles) == {"CPU", "CPU_B"}
     assert res["simulated_plain_per_second"] == pytest.approx(min(2, os.cpu_count()) / float(singles["CPU"]))
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "2", "--runs", "3",
                                   "--plain", "CPU"])
-    assert r.exit_code == 0 and "with the host's drift divided out" in r.output, r.output
+    assert r.exit_code == 0 and "both measured side by side" in r.output, r.output
     assert r.output.strip().splitlines()[-1].startswith("verdict: ")
     r = CliRunner().invoke(main, ["evaluate", str(out), "--objective", "throughput", "--requests", "0"])
-    assert r.exit_code == 2 and "--requests 0" in r.output
+    assert r.exit_code == 2 and "--requests: must be an integer in [1, 4096], got 0" in r.output
 
 
 @pytest.mark.slow
@@ -334,8 +347,9 @@ def test_serving_beside_the_plain_compile_leaves_the_worker_usable(tmp_path):
     plugin would pin every instance to the same core), window beside window with the plain
     compile; a second serve in the same worker still compiles (no cores left reserved)."""
     from conftest import _save
+
     from hdp.ir.openvino_frontend import lower
-    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measure.measurer import Measurer
 
     xml = _save(build_tower(layers=6, width=64), tmp_path / "tower.xml")
     module = lower(str(xml))
@@ -486,8 +500,8 @@ def test_a_device_whose_overhead_exceeds_its_memory_runs_nothing():
 
 
 def test_targets_give_each_device_its_kinds_memory_model_or_their_own():
-    from hdp.runtime.capacity import MEMORY_MODELS, device_memory
-    from hdp.runtime.target import load_target, parse_target
+    from hdp.target.capacity import MEMORY_MODELS, device_memory
+    from hdp.target.target import load_target, parse_target
 
     dm = device_memory(load_target("virtual"))  # two real CPU plugin instances, f32 and bf16
     assert dm.overhead.tolist() == [MEMORY_MODELS["CPU"][0]] * 2 and dm.copies.tolist() == [1.0, 1.0]
@@ -507,11 +521,11 @@ def test_targets_give_each_device_its_kinds_memory_model_or_their_own():
 
 def test_memory_overrides_are_recorded_in_the_placed_model_and_read_back(tmp_path):
     from click.testing import CliRunner
-
     from conftest import _save
-    from hdp.cli import main
-    from hdp.runtime.placed import read_placed
-    from hdp.show import placed_memory, show
+
+    from hdp.cli.main import main
+    from hdp.cli.show import placed_memory, show
+    from hdp.runtime.placed.model import read_placed
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
     out = tmp_path / "p.xml"
@@ -537,11 +551,12 @@ def test_a_fallback_to_one_device_keeps_within_its_memory(tmp_path):
     """A placement that fails its check falls back to the fastest single device whose memory holds
     the whole model (not the fastest one), and is refused in one line when none does."""
     from conftest import _save
+
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.runtime.target import load_target
-    from hdp.runtime.verify import CheckResult, verify_and_repair
+    from hdp.pipeline.schedule import make_pass
+    from hdp.runtime.serve.verify import CheckResult, verify_and_repair
+    from hdp.target.target import load_target
 
     class FailsSplits:  # every split fails, every single device passes
         def check_module(self, module):
@@ -550,7 +565,7 @@ def test_a_fallback_to_one_device_keeps_within_its_memory(tmp_path):
         def check(self, op_devices, devices):
             return CheckResult(passed=np.unique(op_devices).size == 1, error="scripted")
 
-    from hdp.runtime.capacity import MEMORY_MODELS
+    from hdp.target.capacity import MEMORY_MODELS
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
     tgt = load_target("i9-flex170")  # on this tiny model the CPU is the fastest single device
@@ -595,16 +610,19 @@ def test_auto_tries_two_stage_pipelines_for_throughput():
     assert [n for n, _, _ in pipeline_candidates(q, Simulator(q))] == ["pipeline:D1>D0"]
 
 
-def test_evaluate_refuses_requests_without_throughput_and_throughput_with_the_executor(tmp_path):
-    """A flag evaluate would ignore is refused in one line, as compile refuses it."""
+def test_evaluate_refuses_requests_against_latency_and_throughput_with_the_executor(tmp_path):
+    """--requests means throughput (issue 33); said against --objective latency or with the concurrent
+    executor it is a contradiction, refused in one line as compile refuses it."""
     from click.testing import CliRunner
-
     from conftest import _save
-    from hdp.cli import main
+
+    from hdp.cli.main import main
 
     xml = _save(build_tower(), tmp_path / "tower.xml")
-    r = CliRunner().invoke(main, ["evaluate", str(xml), "--requests", "3"])
-    assert r.exit_code == 2 and "--requests 3: only with --objective throughput" in r.output
+    r = CliRunner().invoke(main, ["evaluate", str(xml), "--objective", "latency", "--requests", "3"])
+    assert r.exit_code == 2 and "--requests 3: " in r.output and "not with --objective latency" in r.output
+    r = CliRunner().invoke(main, ["evaluate", str(xml), "--requests", "3", "--execution", "concurrent"])
+    assert r.exit_code == 2 and "not with --execution concurrent" in r.output
     r = CliRunner().invoke(main, ["evaluate", str(xml), "--execution", "concurrent", "--objective", "throughput"])
     assert r.exit_code == 2 and "not with --execution concurrent" in r.output
     assert "Traceback" not in r.output
@@ -614,7 +632,7 @@ def test_calibrate_takes_devices_instead_of_the_default_target(tmp_path):
     """--devices alone is a target (the default --target virtual only applies without it)."""
     from click.testing import CliRunner
 
-    from hdp.cli import main
+    from hdp.cli.main import main
 
     r = CliRunner().invoke(main, ["calibrate", str(tmp_path / "missing.xml"), "--devices", "CPU"])
     assert r.exit_code == 2 and "not both" not in r.output and "Traceback" not in r.output
@@ -663,15 +681,17 @@ def test_optimal_under_a_hand_off_buys_fewer_subgraphs_within_one_hand_off_of_br
 
 
 def test_the_partition_pass_takes_a_hand_off_only_for_throughput():
-    from hdp.passes.partition import PartitionPass
+    from hdp.pipeline.schedule import make_pass
+    from hdp.target.target import load_target
 
-    goal = PartitionPass.goal_fields({"objective": "throughput", "requests": "4", "handoff": "2e-4"})
-    assert goal["objective"] == Throughput(requests=4, handoff=2e-4)
+    t = load_target("i9-flex170")
+    p = make_pass("partition", {"target": t, "objective": "throughput", "requests": "4", "handoff": "2e-4"})
+    assert p.objective == Throughput(requests=4, handoff=2e-4)
     for bad, msg in (({"objective": "latency", "handoff": "1e-4"}, "only with objective throughput"),
-                     ({"objective": "throughput", "handoff": "soon"}, "handoff must be a number"),
-                     ({"objective": "throughput", "handoff": "-1"}, "between 0 and 10")):
+                     ({"objective": "throughput", "handoff": "soon"}, "option 'handoff' must be a number"),
+                     ({"objective": "throughput", "handoff": "-1"}, r"in \[0, 10\]")):
         with pytest.raises(InputError, match=msg):
-            PartitionPass.goal_fields(bad)
+            make_pass("partition", {"target": t, **bad})
 
 
 def test_optimal_under_throughput_is_never_above_the_best_two_stage_pipeline_in_simulation():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hdp.cli import main
+from hdp.cli.main import main
 
 onnx = pytest.importorskip("onnx", reason="the onnx package (dev extra) builds the test's ONNX file")
 
@@ -41,7 +41,7 @@ def mlp_onnx(tmp_path):
 def test_compile_an_onnx_model_writes_a_placed_ir(mlp_onnx, tmp_path):
     import openvino as ov
 
-    from hdp.runtime.placed import compile_placed, read_placed
+    from hdp.runtime.placed.model import compile_placed, read_placed
 
     out = tmp_path / "placed.xml"
     r = run("compile", mlp_onnx, "-o", out, "--target", "virtual", "--method", "random", "--seed", "0",

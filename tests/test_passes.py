@@ -1,18 +1,17 @@
 import json
 
 import msgspec
-
 import numpy as np
 import pytest
 
-from hdp.errors import HdpError, InputError, PassError
+from hdp.base.errors import HdpError, InputError, PassError
 from hdp.ir import serde
 from hdp.ir.openvino_frontend import lower
 from hdp.passes.cache import PassCache
 from hdp.passes.instruments import Timing
 from hdp.passes.manager import PassManager, check_schedule, pass_key
-from hdp.pipeline import compile_schedule, make_pass
-from hdp.runtime.target import devices_target, load_target
+from hdp.pipeline.schedule import compile_schedule, make_pass
+from hdp.target.target import devices_target, load_target
 
 
 def test_schedule_is_validated():
@@ -111,3 +110,40 @@ def test_timings_json(branchy_xml, tmp_path):
     rows = json.loads((tmp_path / "t.json").read_text())
     assert [r["pass"] for r in rows] == ["support", "partition", "assign"]
     assert all(r["seconds"] >= 0 and len(r["key"]) == 32 for r in rows)
+
+
+def test_one_placer_registry_the_cli_hdp_passes_and_the_partition_pass_agree():
+    """Issue 33: each options class names its implementation once; METHODS, the Method union the
+    partition pass holds, ``hdp passes``, and what ``--method`` accepts and refuses are the same."""
+    import re
+    import typing
+
+    from click.testing import CliRunner
+
+    from hdp.base.errors import InputError
+    from hdp.cli.main import main
+    from hdp.passes.partition import PartitionPass
+    from hdp.pipeline.schedule import make_pass
+    from hdp.placers import implementation
+    from hdp.placers.options import METHODS, Method, PlacerOptions, method_from
+    from hdp.target.target import load_target
+
+    assert set(METHODS.values()) == set(typing.get_args(Method)) == set(PlacerOptions.__subclasses__())
+    for name, cls in METHODS.items():
+        assert cls.name() == name and callable(implementation(name)), name
+        assert type(method_from(name)) is cls
+    # the partition pass takes every method by its tag, through the generic option path
+    t = load_target("i9-flex170")
+    for name in METHODS:
+        assert make_pass("partition", {"target": t, "method": name}).placer.name() == name
+    # hdp passes lists them all, and nothing else, under "methods"
+    out = CliRunner().invoke(main, ["passes"]).output
+    listed = re.findall(r"^  ([a-z][\w-]*) ", out.split("\nmethods (")[1].split("\nterms used")[0], re.M)
+    assert sorted(listed) == sorted(METHODS)
+    # --method refuses a method not in the registry, naming the registry's
+    with pytest.raises(InputError, match=re.escape(f"(known: {', '.join(sorted(METHODS))})")):
+        method_from("magic")
+    r = CliRunner().invoke(main, ["passes", "--target", "i9-flex170", "--method", "magic"])
+    assert r.exit_code == 2 and f"(known: {', '.join(sorted(METHODS))})" in r.output, r.output
+    assert PartitionPass.known_options({"method": "optimal"})[0][-len(METHODS["optimal"].__struct_fields__):] \
+        == METHODS["optimal"].__struct_fields__

@@ -10,11 +10,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp.cli import main
+from hdp.cli.main import main
 from hdp.passes.instruments import Timing
-from hdp.pipeline import (PassSpec, PipelineError, build_passes, compile_model, compile_schedule, default_text,
-                          parse_pipeline, pipeline_specs, print_pipeline)
-from hdp.runtime.target import devices_target, load_target
+from hdp.pipeline.compile import compile_model
+from hdp.pipeline.schedule import build_passes, compile_schedule, default_text, pipeline_specs
+from hdp.pipeline.text import PassSpec, PipelineError, parse_pipeline, print_pipeline
+from hdp.target.target import devices_target, load_target
 
 
 def run(*args):
@@ -203,14 +204,17 @@ def test_compile_model_from_python(branchy_xml, tmp_path, cache_dir):
     said = []
     res = compile_model(branchy_xml, tmp_path / "p.xml", "virtual", cache=PassCache(cache_dir),
                         passes="support,profile,features,coarsen{groups=2},partition{method=random,seed=4},assign",
-                        emit_ir=tmp_path / "m.hdp", echo=said.append)
+                        emit_ir=tmp_path / "m.hdp", echo=said.append, verbose=True)
     assert res.pipeline == "support,profile,features,coarsen{groups=2},partition{method=random,seed=4},assign"
     assert [r["pass"] for r in res.timings] == ["lower", "support", "profile", "features", "coarsen", "partition",
                                                 "assign", "check", "raise"]
     assert res.module.coarse.n_groups == 2 and res.module.placement.method == "random"
     assert res.check is not None and res.check.passed
-    assert res.lines == said and said[0].startswith("placed 11 ops with random on virtual")
-    assert any(x.startswith("checked: runs under HETERO") for x in said) and said[-1].startswith("time: ")
+    assert res.lines == said and said[0].startswith("11 ops placed (") and " on virtual with random -> " in said[0]
+    assert any(x.startswith("checked: runs under HETERO") for x in said) and said[-2].startswith("time: ")
+    # the short report: what was placed where, the check, the verdict, the time, what to run next
+    assert len(res.summary) <= 6 and res.summary[0] == said[0] and res.summary[-1].startswith("next: ")
+    assert [x.split(":")[0] for x in res.summary[1:]] == ["checked", "verdict", "time", "next"]
     assert set(res.written) == {"placed", "ir"} and all(p.exists() for p in res.written.values())
 
 
@@ -220,7 +224,7 @@ def test_repair_places_again_with_the_partition_pass_found_by_type(branchy_xml, 
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.cache import PassCache
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import Check
+    from hdp.pipeline.stages import Check
 
     t = load_target("virtual")
     passes = build_passes(parse_pipeline("support,partition{method=single:CPU_B},assign,features"), t)
@@ -248,11 +252,11 @@ def test_a_failed_placement_is_not_checked_again_as_a_fallback(errors):
     --timeout and --no-check only when every check timed out (a real failure is not the timeout's)."""
     import numpy as np
 
-    from hdp.errors import InputError
+    from hdp.base.errors import InputError
     from hdp.passes.manager import PassManager
-    from hdp.pipeline import make_pass
-    from hdp.runtime.verify import CheckResult, verify_and_repair
-    from hdp.synth import random_module
+    from hdp.pipeline.schedule import make_pass
+    from hdp.runtime.serve.verify import CheckResult, verify_and_repair
+    from hdp.zoo.synth import random_module
 
     t = load_target("i9-flex170")
     module = PassManager([make_pass("support", {"target": t}), make_pass("profile", {"target": t}),
@@ -293,11 +297,11 @@ def test_timing_nests():
 
 def test_one_worker_serves_support_profile_and_the_check(branchy_xml, tmp_path, monkeypatch):
     """The check loads the model as support and profile did (its target is the same when every
-    device is real), so it takes over their worker, model read, even though hdp.jit sets Numba's
+    device is real), so it takes over their worker, model read, even though hdp.base.jit sets Numba's
     cache directory in the environment when the placer makes its first kernel, in between."""
-    from hdp.jit import ENV
+    from hdp.base.jit import ENV
     from hdp.passes.partition import PartitionPass
-    from hdp.runtime import worker_client as wc
+    from hdp.runtime.measure import worker_client as wc
 
     starts = []
     real_start, real_run = wc.WorkerProcess.start, PartitionPass.run
@@ -322,7 +326,7 @@ def test_the_written_file_is_what_is_checked_and_it_is_compiled_once(branchy_xml
     """With a check, the placement is saved to a temporary file beside the output, that file is
     checked (one HETERO compile in the worker) and it is what gets committed: no second check of
     the same placement before or after writing (each worker check compiles the 20,000-op model)."""
-    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measure.measurer import Measurer
 
     calls = []
     real = Measurer.check

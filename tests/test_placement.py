@@ -9,11 +9,12 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from hdp.errors import InputError
-from hdp.placement.structure import CONE, PLACED, REPLICATED, build_structure
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from placement_helpers import cone_of, make_module, problem, random_types_and_edges
+
+from hdp.base.errors import InputError
+from hdp.placement.structure import CONE, PLACED, REPLICATED, build_structure
 
 
 def by_name(m, values) -> dict:

@@ -8,18 +8,25 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hdp.cli import main
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.cli.main import main
 from hdp.ir.build import graph_from_edges
 from hdp.ir.op_identity import layer_names_to_positions
-from hdp.ir.openvino_frontend import lower
+from hdp.ir.openvino_frontend import lower, lower_model
 from hdp.ir.types import Array, Op, Support
-from hdp.passes.registry import registry
 from hdp.passes.manager import PassManager
-from hdp.pipeline import make_pass
-from hdp.runtime.profile import (attribute, coverage, node_seconds, op_bytes, profile_costs, roofline,
-                                 zero_cost_ops)
-from hdp.runtime.target import Device, Link, Target, load_target
+from hdp.passes.registry import registry
+from hdp.pipeline.schedule import make_pass
+from hdp.runtime.costs.profile import (
+    attribute,
+    coverage,
+    node_seconds,
+    op_bytes,
+    profile_costs,
+    roofline,
+    zero_cost_ops,
+)
+from hdp.target.target import Device, Link, Target, load_target
 
 
 def _save(model, path):
@@ -143,7 +150,7 @@ def test_a_kernel_that_reads_0_us_counts_as_run():
     node (``unknown_*``) and an optimised-out one do not."""
     import openvino as ov
 
-    from hdp.runtime.worker import _counters
+    from hdp.runtime.measure.worker import _counters
 
     def info(name, status, exec_type, us=0):
         p = ov.ProfilingInfo()
@@ -246,7 +253,7 @@ def test_modeled_supported_ops_without_a_support_table(mm):
 
 
 def test_one_request_profiles_every_device_in_interleaved_rounds(conv):
-    from hdp.runtime.measure import Measurer
+    from hdp.runtime.measure.measurer import Measurer
 
     with Measurer(conv, load_target("virtual"), cache=False) as m:
         full = m.profile(["CPU", "CPU_B"], runs=4, warmup=1)  # no time budget: every round
@@ -256,7 +263,7 @@ def test_one_request_profiles_every_device_in_interleaved_rounds(conv):
     assert [len(d["times"]) for d in full["devices"]] == [4, 4]
     assert [len(d["times"]) for d in quick["devices"]] == [2, 2]
     assert [len(d["times"]) for d in capped["devices"]] == [3] and capped["devices"][0]["warmup"] == 2
-    assert set(full["seconds"]) == {"prepare", "timed", "nodes"}
+    assert set(full["seconds"]) == {"prepare", "timed", "nodes", "outputs"}
     for d in full["devices"]:
         assert d["compile_seconds"] > 0 and d["nodes"] and all(t > 0 for t in d["times"])
     # rounds alternate the order (CPU, CPU_B), (CPU_B, CPU), ...: each device sees the same load
@@ -269,7 +276,7 @@ def test_profile_costs_budget_stages_and_bad_options(conv):
     stages = {}
     costs, info = profile_costs(conv, t, runs=10, seconds=0.0, stages=stages)
     assert [info[d]["runs"] for d in ("CPU", "CPU_B")] == [10, 10]
-    assert set(stages) == {"start", "prepare", "timed", "nodes", "close", "attribute", "total"}
+    assert set(stages) == {"start", "prepare", "timed", "nodes", "outputs", "close", "attribute", "total"}
     assert stages["total"] >= stages["start"] + stages["prepare"] + stages["timed"]
     _, info = profile_costs(conv, t, runs=10, seconds=1e-9, min_runs=3)
     assert [info[d]["runs"] for d in ("CPU", "CPU_B")] == [3, 3]
@@ -279,7 +286,7 @@ def test_profile_costs_budget_stages_and_bad_options(conv):
 
 
 def test_profile_failure_names_the_device(conv, monkeypatch):
-    from hdp.runtime.protocol import FAULT_ENV
+    from hdp.runtime.measure.protocol import FAULT_ENV
 
     monkeypatch.setenv(FAULT_ENV, "raise")
     with pytest.raises(InputError, match="profiling on CPU, CPU_B: .*injected fault"):
@@ -324,9 +331,9 @@ def test_two_processes_profiling_one_model_share_a_cache_safely(conv, tmp_path):
 
 
 def test_worker_exits_cleanly_at_end_of_input(conv):
-    from hdp.runtime import protocol as P
-    from hdp.runtime.target import Target
-    from hdp.runtime.worker_client import WorkerProcess
+    from hdp.runtime.measure import protocol as P
+    from hdp.runtime.measure.worker_client import WorkerProcess
+    from hdp.target.target import Target
 
     w = WorkerProcess()
     w.start()
@@ -358,3 +365,18 @@ def test_attribution_of_homeless_nodes_orphans_and_duplicates():
     t, lost = attribute(g, nodes, warmup=0, runs=1)
     assert lost == 0 and t[1:4].sum() == pytest.approx(10e-6 + half) and t[2] > t[1]
     assert attribute(g, [], 0, 1)[0].tolist() == [0.0] * 5
+
+
+def test_modeled_gather_reads_only_the_rows_it_gathers():
+    """An embedding lookup of 3 tokens reads 3 rows of its table, not the table (a mixture of experts'
+    top-k experts likewise); gathering more rows than the table has reads the table once."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    table = ops.constant(np.zeros((1000, 64), np.float32))
+    for tokens, read in ((3, 3 * 64 * 4), (4000, 1000 * 64 * 4)):
+        ids = ops.parameter([1, tokens], ov.Type.i64, name="ids")
+        g = ops.gather(table, ids, ops.constant(np.int64(0)))
+        m = lower_model(ov.Model([ops.result(g)], [ids], "emb"))
+        i = next(k for k, op in enumerate(m.graph.ops) if op.type == "Gather")
+        assert op_bytes(m.graph)[i] == read + tokens * 8 + 8 + tokens * 64 * 4  # data, indices, axis; output

@@ -9,10 +9,10 @@ import typing
 
 import pytest
 
-from hdp.runtime import protocol as P
-from hdp.runtime.target import Target, load_target
-from hdp.runtime.worker import HANDLERS, Worker
-from hdp.runtime.worker_client import WorkerFailure, WorkerProcess
+from hdp.runtime.measure import protocol as P
+from hdp.runtime.measure.worker import HANDLERS, Worker
+from hdp.runtime.measure.worker_client import WorkerFailure, WorkerProcess
+from hdp.target.target import Target, load_target
 
 
 def _members(union) -> set[type]:
@@ -71,7 +71,7 @@ def test_the_worker_answers_an_undecodable_request_and_goes_on():
 
 
 def test_a_reply_of_the_wrong_type_kills_the_worker(monkeypatch):
-    script = ("import sys; from hdp.runtime import protocol as P\n"
+    script = ("import sys; from hdp.runtime.measure import protocol as P\n"
               "P.read_frame(sys.stdin.buffer); P.write_msg(sys.stdout.buffer, P.Done()); P.read_frame(sys.stdin.buffer)\n")
 
     def start(self):

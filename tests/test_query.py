@@ -1,4 +1,4 @@
-"""``support`` per op signature (hdp.runtime.query) against OpenVINO's whole-model ``query_model``.
+"""``support`` per op signature (hdp.runtime.measure.query) against OpenVINO's whole-model ``query_model``.
 
 On this host's devices (the CPU plugin, twice) every op of every model is supported, so the zoo
 comparisons check the mechanics (cut-out models, names, stateful models, the context fallback);
@@ -8,11 +8,11 @@ that the answers differ where whole-model ``query_model`` says they do.
 
 from __future__ import annotations
 
+import hostile
 import numpy as np
 import pytest
 
-import hostile
-from hdp.runtime import query
+from hdp.runtime.measure import query
 
 # --------------------------------------------------------------------------- in process
 
@@ -151,8 +151,8 @@ def _compare(xml, target="virtual", cache_dir=""):
     Parameters, Constants and Results supported everywhere (what the pass does)."""
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.support import ANYWHERE, query_support
-    from hdp.runtime.measure import Measurer
-    from hdp.runtime.target import load_target
+    from hdp.runtime.measure.measurer import Measurer
+    from hdp.target.target import load_target
 
     m = lower(xml)
     t = load_target(target)
@@ -187,8 +187,8 @@ def test_signature_answers_are_memoised_across_models(tmp_path, monkeypatch):
     long one starts no query (only the worker's signatures)."""
     from hdp.ir.openvino_frontend import lower
     from hdp.passes.support import query_support
-    from hdp.runtime import measure
-    from hdp.runtime.target import load_target
+    from hdp.runtime.measure import measurer as measure
+    from hdp.target.target import load_target
 
     short = lower(hostile.save(hostile.chain_model(100), tmp_path / "short.xml"))
     long_ = lower(hostile.save(hostile.chain_model(400), tmp_path / "long.xml"))

@@ -2,14 +2,14 @@
 
 import numpy as np
 import pytest
-
-from hdp.errors import InputError
-from hdp.ir.types import Array, Partition
-from hdp.pipeline import make_pass
-from hdp.placers.refine import refine
-from hdp.placement.simulate import Simulator
 from placement_helpers import make_module, per_group, problem, random_module
 from test_classical import run, with_support
+
+from hdp.base.errors import InputError
+from hdp.ir.types import Array, Partition
+from hdp.pipeline.schedule import make_pass
+from hdp.placement.simulate import Simulator
+from hdp.placers.refine import refine
 
 
 def test_moves_a_stranded_op_back():

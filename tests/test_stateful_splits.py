@@ -15,12 +15,13 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from dynamic_models import build_llama_lm, save
-from hdp import zoo
-from hdp.placement.subgraphs import components, tangled_states, untangle
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from placement_helpers import make_module, problem, random_types_and_edges
+
+from hdp.placement.subgraphs import components, tangled_states, untangle
+from hdp.zoo import models as zoo
 
 UNDECLARED = "Model references undeclared parameters: opset1::Parameter input_ids () -> (i64[?,?])"
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -95,7 +96,7 @@ def test_untangle_always_leaves_no_state_tangled(seed, n, n_states):
 @pytest.fixture(scope="module")
 def llama2(tmp_path_factory):
     from hdp.ir.openvino_frontend import lower
-    from hdp.ir.specialise import parse_request
+    from hdp.ir.shapes import parse_request
 
     xml = save(build_llama_lm(layers=2), tmp_path_factory.mktemp("llama") / "llama.xml")
     return xml, lower(xml, parse_request([], seq_len=8))
@@ -131,8 +132,8 @@ def _hetero(xml, module, device_of):
     from hdp.ir import openvino_read as ovr
     from hdp.ir.openvino_legalize import legalize
     from hdp.placement.structure import PLACED, roles
-    from hdp.runtime.devices import make_core
-    from hdp.runtime.target import load_target
+    from hdp.target.devices import make_core
+    from hdp.target.target import load_target
 
     model = ovr.read_model(xml)
     names = [("CPU", "CPU_B")[int(d)] for d in device_of]
@@ -187,9 +188,9 @@ def test_stateful_exports_split_without_fallback_and_generate(zoo_export, tmp_pa
     fallback, and teacher-forced logits within the tolerance ``hdp compile`` states."""
     from click.testing import CliRunner
 
-    from hdp.cli import main
-    from hdp.runtime.target import load_target
-    from hdp.runtime.verify import check_generation
+    from hdp.cli.main import main
+    from hdp.runtime.serve.verify import check_generation
+    from hdp.target.target import load_target
 
     xml = zoo_export(name)
     out = tmp_path / "placed.xml"

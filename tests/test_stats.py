@@ -1,15 +1,25 @@
-"""The statistics of timing comparisons (hdp/runtime/stats.py), on synthetic run times with the
+"""The statistics of timing comparisons (hdp/runtime/measure/stats.py), on synthetic run times with the
 noise of a shared machine (tests/noisy_machine.py): fast and deterministic."""
 
 import math
+import os
 
 import numpy as np
 import pytest
-
-from hdp.runtime import stats
-from hdp.runtime.stats import (Comparison, SequentialPlan, compare, hodges_lehmann, lag1_autocorrelation,
-                               round_order, run_sequential, select_best, shortlist)
 from noisy_machine import PRESETS, NoisyMachine
+
+from hdp.runtime.measure import stats
+from hdp.runtime.measure.load import HostLoad, Sampler, host_busy_seconds
+from hdp.runtime.measure.selection import select_best, shortlist
+from hdp.runtime.measure.stats import (
+    Comparison,
+    SequentialPlan,
+    compare,
+    hodges_lehmann,
+    lag1_autocorrelation,
+    round_order,
+    run_sequential,
+)
 
 #: the plan of the done-when tests: resolve 3 %, at most 600 rounds (a 40 ms model, two candidates:
 #: about 50 s of running on the shared VM)
@@ -82,33 +92,97 @@ def test_serial_correlation_widens_the_interval():
 
 
 def test_verdict_texts():
+    """One vocabulary (hdp.base.glossary): a time change is a ratio of times, "0.95× the time,
+    faster" or "1.10× slower", its interval a range of ratios."""
     rng = np.random.default_rng(2)
     a = 0.010 * np.exp(rng.normal(0, 0.02, 200))
     faster = compare(a, a * 0.95 * np.exp(rng.normal(0, 0.01, 200)), names=("plain CPU", "placement"))
     assert faster.verdict == "faster" and faster.ratio == pytest.approx(0.95, abs=0.01)
-    assert faster.describe().startswith("faster by 5.") and "(95 % CI " in faster.describe()
-    lo_pct, hi_pct = (1 - faster.high) * 100, (1 - faster.low) * 100
-    assert f"{lo_pct:.1f}…{hi_pct:.1f} %" in faster.describe()
-    assert faster.text().startswith("placement vs plain CPU: faster by") and "200 rounds" in faster.text()
+    assert faster.describe().startswith("0.95× the time, faster (95 % CI 0.9") and faster.describe().endswith("×)")
+    assert f"{faster.low:.3f}–{faster.high:.3f}×" in faster.describe()  # two decimals would not tell them apart
+    assert faster.text().startswith("placement vs plain CPU: 0.95× the time, faster") and "200 rounds" in faster.text()
     slower = compare(a, a * 1.10)
-    assert slower.verdict == "slower" and slower.describe().startswith("slower by 10.0 % (95 % CI 10.0…10.0 %)")
+    assert slower.verdict == "slower" and slower.describe() == "1.10× slower (95 % CI 1.100–1.100×)"
     equal = compare(a, a * np.exp(rng.normal(0, 0.02, 200)))
-    # never "equal": the estimate and its interval, so a wide interval cannot pass for equality
-    x, lo, hi = (equal.ratio - 1) * 100, (equal.low - 1) * 100, (equal.high - 1) * 100
-    assert equal.verdict == "equal" and equal.describe() == \
-        f"no difference beyond noise: {x:+.1f} % (95 % CI {lo:+.1f}…{hi:+.1f} %)"
+    # never "equal" alone: the estimate and its interval, so a wide interval cannot pass for equality
+    said = "equal within noise" if equal.low <= 1 <= equal.high else "no practical difference (under 0.5 %)"
+    assert equal.verdict == "equal" and equal.describe().startswith(f"{said}: {equal.ratio:.2f}× the time (95 % CI ")
     assert 0 < equal.resolution < 0.01
     wide = compare(a[:12], a[:12] * 1.3 * np.exp(rng.normal(0, 0.8, 12)))
-    assert wide.verdict == "equal" and "no difference beyond noise: +" in wide.describe()
+    assert wide.verdict == "equal" and "equal within noise: " in wide.describe()
     assert "CI" in wide.describe(level=False) and "95 %" not in wide.describe(level=False)
     fam = compare(a, a * 1.10, family=2)
-    assert fam.level == pytest.approx(0.975) and "(95 % simultaneous CI 10.0…10.0 %)" in fam.describe()
+    assert fam.level == pytest.approx(0.975) and "(95 % simultaneous CI 1.100–1.100×)" in fam.describe()
     few = compare(a[:4], a[:4] * 2)
     assert few.verdict == "equal" and "not resolved" in few.describe()
     d = faster.to_dict()
-    assert d["verdict"] == "faster" and d["text"] == faster.text() and d["resolution"] > 0
+    assert d["verdict"] == "faster" and d["text"] == faster.text() and d["resolution"] > 0 and d["claimed"]
     with pytest.raises(ValueError, match="equal-length"):
         compare(a, a[:10])
+
+
+def test_a_difference_within_the_threshold_is_no_practical_difference():
+    """A head-to-head's verdict claims a difference only beyond the practical threshold (3 %): a
+    resolved 2 % is said to be too small to act on."""
+    a = np.full(500, 0.010) * np.exp(np.random.default_rng(3).normal(0, 0.002, 500))
+    c = compare(a, a * 0.98, margin=stats.THRESHOLD)
+    assert c.high < 0.99 and c.verdict == "equal" and not c.claimed
+    assert c.describe().startswith("no practical difference (under 3 %): 0.98× the time")
+    assert compare(a, a * 0.96, margin=stats.THRESHOLD).verdict == "faster"
+    assert SequentialPlan().margin == stats.THRESHOLD == 0.03
+
+
+def test_the_interval_covers_every_block():
+    """Two blocks that disagree (another compile, another load: 4 % apart) give an interval that
+    covers both; a difference is claimed only if it lies beyond the threshold in both."""
+    rng = np.random.default_rng(5)
+    a = 0.010 * np.exp(rng.normal(0, 0.005, 200))
+    b = np.concatenate([a[:100] * 0.94, a[100:] * 0.99]) * np.exp(rng.normal(0, 0.005, 200))
+    blocks = np.repeat([0, 1], 100)
+    pooled = compare(a, b, margin=stats.THRESHOLD)
+    covered = compare(a, b, margin=stats.THRESHOLD, blocks=blocks)
+    first = compare(a[:100], b[:100], margin=stats.THRESHOLD)
+    second = compare(a[100:], b[100:], margin=stats.THRESHOLD)
+    assert first.verdict == "faster" and second.verdict == "equal"
+    assert covered.low <= min(first.low, second.low) + 1e-12 and covered.high >= max(first.high, second.high) - 1e-12
+    assert covered.verdict == "equal" and covered.blocks == 2 and "2 blocks" in covered.describe()
+    assert pooled.high - pooled.low < covered.high - covered.low
+    with pytest.raises(ValueError, match="one block per round"):
+        compare(a, b, blocks=blocks[:10])
+
+
+def test_a_loaded_host_claims_nothing():
+    """Other processes busy on the cores while measuring (HostLoad beyond its limit): the verdict
+    is withheld, and the words say why."""
+    rng = np.random.default_rng(6)
+    a = 0.010 * np.exp(rng.normal(0, 0.01, 100))
+    quiet = HostLoad(others=0.02, cores=2, seconds=3.0)
+    busy = HostLoad(others=1.1, cores=2, seconds=3.0)
+    assert not quiet.loaded and busy.loaded and not HostLoad(others=math.nan, cores=2, seconds=1).loaded
+    assert compare(a, a * 0.8, load=quiet).verdict == "faster"
+    held = compare(a, a * 0.8, load=busy)
+    assert held.verdict == "equal" and held.withheld == "faster" and held.loaded and not held.claimed
+    assert held.describe().startswith("no claim: other processes kept 1.1 of 2 cores busy (over 0.2)")
+    assert "measured 0.80× the time" in held.describe()
+    sel = select_best(np.column_stack([a, a * 0.8]), ["single", "mixed"], preference=[0], load=busy)
+    assert sel.winner == 0 and "no claim" in sel.reason
+    assert select_best(np.column_stack([a, a * 0.8]), ["single", "mixed"], preference=[0], load=quiet).winner == 1
+    assert HostLoad.of(busy=5.0, own=3.0, wall=2.0, cores=2).others == pytest.approx(1.0)
+    assert math.isnan(HostLoad.of(busy=-1.0, own=3.0, wall=2.0, cores=2).others)
+
+
+def test_the_host_load_is_read_from_proc_stat(tmp_path):
+    line = "cpu  100 5 50 1000 7 3 2 40 0 0\n"
+    f = tmp_path / "stat"
+    f.write_text(line + "cpu0 1 2 3 4\n")
+    tick = os.sysconf("SC_CLK_TCK")
+    assert host_busy_seconds(str(f)) == pytest.approx((100 + 5 + 50 + 3 + 2 + 40) / tick)
+    assert host_busy_seconds(str(tmp_path / "none")) == -1.0
+    f.write_text("intr 1 2 3\n")
+    assert host_busy_seconds(str(f)) == -1.0
+    with Sampler() as s:
+        sum(i * i for i in range(200000))  # busy on a core: its own CPU time shows
+    assert s.result.wall > 0 and s.result.own > 0 and (s.result.busy >= 0 or not os.path.exists("/proc/stat"))
 
 
 def test_a_difference_below_the_margin_is_never_called():
@@ -122,7 +196,7 @@ def test_same_graph_is_never_called_faster():
     rng = np.random.default_rng(4)
     a = 0.010 * np.exp(rng.normal(0, 0.02, 100))
     c = compare(a, a * 0.9, same_graph=True)
-    assert c.verdict == "equal" and "same graph" in c.describe() and "faster by 10.0 %" in c.overruled
+    assert c.verdict == "equal" and "same graph" in c.describe() and "0.90× the time, faster" in c.overruled
     assert compare(a, a * 1.1, same_graph=True).verdict == "slower"  # HETERO's own cost may show
 
 
@@ -292,4 +366,4 @@ def test_comparison_is_a_frozen_value():
     c = Comparison(a="a", b="b", rounds=3, ratio=1.0, low=0.9, high=1.1)
     with pytest.raises(AttributeError):
         c.ratio = 2.0
-    assert c.describe() == "no difference beyond noise: +0.0 % (95 % CI -10.0…+10.0 %)"
+    assert c.describe() == "equal within noise: 1.00× the time (95 % CI 0.90–1.10×)"

@@ -1,14 +1,15 @@
 """Targets: TOML decoding with field paths, validation, built-ins and `hdp targets`."""
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
 
-from hdp.cli import main
-from hdp.cli_runtime import device_status
-from hdp.errors import InputError
-from hdp.runtime.target import Device, builtin_names, load_target, parse_target
+from hdp.base.errors import InputError
+from hdp.cli.main import main
+from hdp.target.devices import device_status
+from hdp.target.target import Device, builtin_names, load_target, parse_target
 
 GOOD = """
 name = "t"
@@ -106,7 +107,7 @@ def test_targets_command():
 def test_targets_says_when_the_host_runs_a_bf16_device_in_f32(monkeypatch, caps, said):
     """virtual's CPU_B asks for bf16; a CPU without BF16 runs it in f32, and the two devices are then
     the same plugin in the same precision: hdp targets says so (a new user could not tell)."""
-    from hdp import cli_runtime
+    from hdp.cli import runtime as cli_runtime
 
     monkeypatch.setattr(cli_runtime, "_cpu_capabilities", lambda: caps)
     r = CliRunner().invoke(main, ["targets"])
@@ -114,3 +115,24 @@ def test_targets_says_when_the_host_runs_a_bf16_device_in_f32(monkeypatch, caps,
     text = r.output.split("\nvirtual:", 1)[1]
     cpu_b = next(ln for ln in text.splitlines() if ln.startswith("  CPU_B"))
     assert ("has no BF16: it runs f32" in cpu_b) is said, cpu_b
+
+
+def test_shares_name_devices_of_the_target_once():
+    base = 'name = "t"\n[[devices]]\nname = "A"\n[[devices]]\nname = "B"\n'
+    t = parse_target(base + '[[shares]]\nresource = "memory"\ndevices = ["A", "B"]\ncapacity = "8GiB"\n')
+    assert t.sharing("memory", "A") == ("A", "B") and t.sharing("compute", "A") == ("A",)
+    assert t.shares[0].capacity_bytes == 8 << 30
+    for extra, msg in [('[[shares]]\nresource = "memory"\ndevices = ["A", "C"]\n', "shares[0].devices: no device 'C'"),
+                       ('[[shares]]\nresource = "compute"\ndevices = ["A", "B"]\n[[shares]]\nresource = "compute"\n'
+                        'devices = ["B", "A"]\n', "'B' already shares compute"),
+                       ('[[shares]]\nresource = "compute"\ndevices = ["A", "B"]\ncapacity = "1G"\n', "not of shared compute"),
+                       ('[[shares]]\nresource = "memory"\ndevices = ["A"]\n', "shares[0].devices"),
+                       ('[[shares]]\nresource = "disk"\ndevices = ["A", "B"]\n', "shares[0].resource")]:
+        with pytest.raises(InputError, match=re.escape(msg)):
+            parse_target(base + extra, "t.toml")
+
+
+def test_builtin_real_targets_say_their_devices_share_the_host():
+    assert load_target("virtual").sharing("compute", "CPU") == ("CPU", "CPU_B")
+    assert load_target("virtual-2x1").sharing("compute", "CPU") == ("CPU",)  # a core each
+    assert load_target("virtual-2x1").sharing("memory", "CPU_B") == ("CPU", "CPU_B")

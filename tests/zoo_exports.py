@@ -9,7 +9,7 @@ Fixtures (registered in ``tests/conftest.py``):
   ``llama_int4_xml`` (that stateful Llama with NNCF int4 asym grouped weights), ``cnn_fp16_xml``
   (FP16-compressed MobileNetV2): the models of issue 9's "done when" list, tiny.
 
-The models come from ``hdp.zoo``'s cache: ``$HDP_TEST_ZOO_CACHE`` if set (a directory kept between
+The models come from ``hdp.zoo.models``'s cache: ``$HDP_TEST_ZOO_CACHE`` if set (a directory kept between
 sessions, to skip the builds), else the zoo cache of the session's temporary hdp cache (see
 ``tests/conftest.py``: the suite never writes the user's ``~/.cache/hdp``), built once per session. A
 warm cache gives them in well under a second; a cold one builds each tiny model in a few seconds after a
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from hdp import zoo
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.zoo import models as zoo
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ A cost graph is a placement problem without a model: ops with a time per device 
 with a transfer time, and devices with counts, memory caps and a ``free_comm`` flag (a device
 whose transfers cost it nothing, the host CPU of Tarnawski et al.). Two formats are read:
 
-- ``hdp``: hdp's own format, documented in :mod:`hdp.costgraph.native` and in README.md;
+- ``hdp``: hdp's own format, documented in :mod:`hdp.costgraph.native` and in docs/guide/costgraphs.md;
 - ``dnn-partitioning``: the workloads of msr-fiddle/dnn-partitioning (Tarnawski et al., NeurIPS
   2020), :mod:`hdp.costgraph.peer`.
 
@@ -20,7 +20,7 @@ and cost table, so the placement problem, the simulator and the placers run on i
 - caps, ``free_comm`` and a training graph's backward ops go to ``meta`` (:func:`capacities`,
   :func:`free_comm`, :func:`backward_ops`), the workload's path and format too;
 - its devices are a target of their own (``hdp pass partition`` on a lowered cost graph needs no
-  ``--devices``, :func:`hdp.cli_costgraph.costgraph_target`); its times print in its own unit
+  ``--devices``, :func:`hdp.cli.costgraph.costgraph_target`); its times print in its own unit
   (:func:`time_text`).
 """
 
@@ -28,14 +28,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hdp.costgraph.graph import (COST_OP, FORMATS, CostGraph, backward_ops, capacities, check, free_comm,
-                                 is_costgraph, load_json, lower, max_load_data, problem_for, time_text,
-                                 throughput_objective)
-from hdp.errors import InputError
-
-__all__ = ["COST_OP", "FORMATS", "CostGraph", "backward_ops", "capacities", "check", "detect", "free_comm",
-           "is_costgraph", "load_json", "lower", "max_load_data", "problem_for", "read", "time_text",
-           "throughput_objective"]
+from hdp.base.errors import InputError
+from hdp.costgraph import native, peer
+from hdp.costgraph.graph import FORMATS, CostGraph, check, load_json
 
 
 def detect(path: str | Path, data) -> str:
@@ -54,9 +49,9 @@ def read(path: str | Path, fmt: str = "auto") -> CostGraph:
     if fmt == "auto":
         fmt = detect(path, data)
     if fmt == "hdp":
-        from hdp.costgraph.native import parse
+        parse = native.parse
     elif fmt == "dnn-partitioning":
-        from hdp.costgraph.peer import parse
+        parse = peer.parse
     else:
         raise InputError(f"unknown cost-graph format '{fmt}' (known: {', '.join(FORMATS)})")
     cg = parse(str(path), data)

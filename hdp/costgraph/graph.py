@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import FLOAT_MAX
+from hdp.ir.build import graph_from_edges, topological_order
+from hdp.ir.types import Array, Costs, Module, Op, Support
+from hdp.ir.verify import verify
+from hdp.placement.maxload import MaxLoad, group_bytes
+from hdp.placement.objective import Latency, Throughput
+from hdp.placement.problem import problem_of
 
 #: ``--format`` values.
 FORMATS = ("hdp", "dnn-partitioning")
@@ -52,9 +61,27 @@ class CostGraph:
         return len(self.names)
 
 
-def load_json(path: str | Path):
-    import json
+#: Devices a cost graph may expand to (its kinds times their counts, after :func:`usable_count`): every
+#: problem holds a time per op and device, and the searches look at every device of a class.
+MAX_DEVICES = 256
 
+
+def usable_count(source: str, field: str, count: int, runnable: int, kind: str) -> int:
+    """How many of ``count`` identical devices of ``kind`` a cost graph gets: no more than the
+    ``runnable`` ops that may run on the kind (one device more could only stay empty: the best
+    placement is the same), with a warning when that is fewer; InputError naming ``field`` when
+    they are more than :data:`MAX_DEVICES`."""
+    n = max(1, min(count, runnable))
+    if n < count:
+        warnings.warn(f"{source}: {field} is {count}, but only {runnable} op{'s' if runnable != 1 else ''} can run "
+                      f"on {kind}: placing on {n} (more could only stay empty)", stacklevel=2)
+    if n > MAX_DEVICES:
+        raise InputError(f"{source}: {field}: {n} devices of {kind} that ops could use; a cost graph has at most "
+                         f"{MAX_DEVICES} devices")
+    return n
+
+
+def load_json(path: str | Path):
     try:
         with open(path, "rb") as f:
             return json.load(f)
@@ -84,10 +111,6 @@ def check(cg: CostGraph) -> None:
 
 def lower(cg: CostGraph):
     """The Module of a cost graph (see the module docstring)."""
-    from hdp.ir.build import graph_from_edges, topological_order
-    from hdp.ir.types import Array, Costs, Module, Op, Support
-    from hdp.ir.verify import verify
-    from hdp.validation import FLOAT_MAX
 
     n = cg.n_ops
     per_t = np.diff(cg.t_ptr)
@@ -127,8 +150,6 @@ def lower(cg: CostGraph):
             "capacity": ",".join(f"{d}={_num(c)}" for d, c in zip(cg.devices, cg.capacity)),
             "free_comm": ",".join(d for d, f in zip(cg.devices, cg.free_comm) if f)}
     if cg.backward is not None and cg.backward.any():
-        import json
-
         meta["backward"] = json.dumps([cg.names[i] for i in order if cg.backward[i]])
     meta.update({k: str(v) for k, v in cg.extra.items()})
     m = Module(graph=graph, meta=meta, support=support, costs=costs)
@@ -183,7 +204,6 @@ def free_comm(module, devices) -> np.ndarray:
 
 def backward_ops(module) -> np.ndarray | None:
     """Which ops of a cost graph's Module are a training graph's backward ops (None: none)."""
-    import json
 
     names = module.meta.get("backward")
     if not names:
@@ -195,7 +215,6 @@ def backward_ops(module) -> np.ndarray | None:
 def max_load_data(problem, module):
     """The :class:`~hdp.placement.maxload.MaxLoad` data of a cost graph's Module: per-group bytes,
     caps, ``free_comm`` and the backward ops from its meta."""
-    from hdp.placement.maxload import MaxLoad, group_bytes
 
     return MaxLoad(group_bytes(problem, module), capacities(module, problem.devices), free_comm(module, problem.devices),
                    backward_ops(module))
@@ -210,7 +229,6 @@ def throughput_objective(module, devices):
     """The throughput objective of a cost graph: its max per-device load with the peer's rule (a
     cut tensor costs on its sender and on each distinct receiving device; ``free_comm`` devices pay
     nothing)."""
-    from hdp.placement.objective import Throughput
 
     free = free_comm(module, devices)
     return Throughput(requests=STEADY_REQUESTS, send=1.0, receive=1.0,
@@ -220,8 +238,6 @@ def throughput_objective(module, devices):
 def problem_for(module, objective: str = "throughput"):
     """The placement problem of a cost graph's Module: its caps, and the objective asked for
     (``throughput``: :func:`throughput_objective`; ``latency``: one request, sequentially)."""
-    from hdp.placement.objective import Latency
-    from hdp.placement.problem import problem_of
 
     devices = tuple(module.costs.devices)
     obj = throughput_objective(module, devices) if objective == "throughput" else Latency()

@@ -11,7 +11,8 @@ A workload is one JSON object::
      "link": {"latency": 0.0, "bandwidth": 1e10}}
 
 - ``devices``: a kind of device each; ``count`` identical devices of that kind (named ``GPU1``,
-  ``GPU2``… when ``count`` > 1), each holding at most ``memory`` bytes (absent: no cap);
+  ``GPU2``… when ``count`` > 1; no more are made than there are ops that can run on the kind, a
+  device more could only stay empty), each holding at most ``memory`` bytes (absent: no cap);
   ``free_comm``: transfers cost this device nothing under the throughput objective's peer rule.
 - ``ops``: ``name`` unique; ``time`` seconds per device kind, a kind left out (or ``null``) cannot
   run the op; ``bytes`` the memory the op takes on its device; ``tie``: ops with the same tie
@@ -35,24 +36,24 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
-from hdp.costgraph.graph import CostGraph
-from hdp.errors import InputError
-from hdp.validation import AtLeastOne, NonNegative, convert
+from hdp.base.errors import InputError
+from hdp.base.validation import AtLeastOne, ByteAmount, NonNegative, convert
+from hdp.costgraph.graph import MAX_DEVICES, CostGraph, usable_count
 
 Time = Annotated[float, Meta(ge=0, le=1e9)]
 
 
 class Device(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, Meta(min_length=1)]
-    count: AtLeastOne = 1
-    memory: NonNegative | None = None
+    count: AtLeastOne = 1  # more than the ops that can run there: only those many are made (usable_count)
+    memory: ByteAmount | None = None
     free_comm: bool = False
 
 
 class OpSpec(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, Meta(min_length=1)]
     time: dict[str, Time | None]
-    bytes: NonNegative = 0.0
+    bytes: ByteAmount = 0.0
     tie: Union[str, int, None] = None
     backward: bool = False
 
@@ -60,7 +61,7 @@ class OpSpec(msgspec.Struct, forbid_unknown_fields=True):
 class Tensor(msgspec.Struct, forbid_unknown_fields=True):
     producer: str
     consumers: list[str]
-    bytes: NonNegative = 0.0
+    bytes: ByteAmount = 0.0
     time: Time | None = None
 
 
@@ -89,10 +90,14 @@ def parse(source: str, data) -> CostGraph:
     if not kinds:
         raise InputError(f"{source}: devices: no device")
     devices, dclass = [], []
-    for d in w.devices:
-        names = [d.name] if d.count == 1 else [f"{d.name}{i + 1}" for i in range(d.count)]
+    for j, d in enumerate(w.devices):
+        runs = sum(1 for op in w.ops if op.time.get(d.name) is not None)
+        count = usable_count(source, f"devices[{j}].count", d.count, runs, d.name)
+        names = [d.name] if d.count == 1 else [f"{d.name}{i + 1}" for i in range(count)]
         devices += names
         dclass += [d.name] * len(names)
+    if len(devices) > MAX_DEVICES:
+        raise InputError(f"{source}: devices: {len(devices)} devices in all; a cost graph has at most {MAX_DEVICES}")
     if len(set(devices)) != len(devices):
         raise InputError(f"{source}: devices: the expanded names {devices} are not unique")
     index: dict[str, int] = {}

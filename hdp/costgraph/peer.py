@@ -26,9 +26,9 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
-from hdp.costgraph.graph import CostGraph
-from hdp.errors import InputError
-from hdp.validation import Count, NonNegative, convert
+from hdp.base.errors import InputError
+from hdp.base.validation import ByteAmount, Count, convert
+from hdp.costgraph.graph import CostGraph, free_comm, load_json, usable_count
 
 #: Their DP's tolerance for "the out-edges of one source carry the same cost".
 COST_TOLERANCE = 1e-6
@@ -37,27 +37,31 @@ Flag = Union[bool, int]
 Time = Annotated[float, Meta(ge=0, le=1e9)]
 
 
+#: Node ids: whatever fits an int64.
+NodeId = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+
+
 class Node(msgspec.Struct):
-    id: int
+    id: NodeId
     cpuLatency: Time
     fpgaLatency: Time
     supportedOnFpga: Flag = True
     isBackwardNode: Flag = False
-    colorClass: int | None = None
-    size: NonNegative = 0.0
+    colorClass: NodeId | None = None
+    size: ByteAmount = 0.0
     name: str = ""
 
 
 class Edge(msgspec.Struct):
-    sourceId: int
-    destId: int
+    sourceId: NodeId
+    destId: NodeId
     cost: Time
-    size: NonNegative = 0.0
+    size: ByteAmount = 0.0
 
 
 class Workload(msgspec.Struct):
-    maxSizePerFPGA: NonNegative
-    maxFPGAs: Count
+    maxSizePerFPGA: ByteAmount
+    maxFPGAs: Count  # more than the nodes an accelerator supports: only those many are made
     nodes: list[Node]
     edges: list[Edge]
     maxCPUs: Count = 1
@@ -93,7 +97,7 @@ def parse(source: str, data) -> CostGraph:
         if v not in lst:
             lst.append(v)
         nbytes[u] = max(nbytes.get(u, 0.0), e.size)
-    k = w.maxFPGAs
+    k = usable_count(source, "maxFPGAs", w.maxFPGAs, sum(1 for x in w.nodes if x.supportedOnFpga), "FPGA")
     devices = (("CPU",) if w.maxCPUs else ()) + tuple(f"FPGA{i + 1}" for i in range(k))
     if not devices:
         raise InputError(f"{source}: maxCPUs and maxFPGAs are both 0: no device")
@@ -139,7 +143,6 @@ def read_split(path: str, module, devices: tuple[str, ...]) -> np.ndarray:
     """Device index (into ``devices``) per op of ``module`` from a split file in the peer's format.
     ``cpus`` entries go to the ``free_comm`` device, ``fpgas[i]`` to the i-th other device; an op
     the split leaves out takes its tie class's device."""
-    from hdp.costgraph.graph import free_comm, load_json
 
     s: Split = convert(load_json(path), Split, lambda p, what: f"{path}: {p} {what}")
     free = free_comm(module, devices)
@@ -180,7 +183,6 @@ def split_json(module, devices: tuple[str, ...], op_device: np.ndarray, loads: n
     """The peer's split of a device per op: the ``free_comm`` devices under ``cpus``, the others
     under ``fpgas`` in device order, nodes by their original ids; ``load``/``maxLoad`` filled
     when ``loads`` (per device) is given, else -1 (as their expert files)."""
-    from hdp.costgraph.graph import free_comm
 
     free = free_comm(module, devices)
     ids = [_id(op.name) for op in module.graph.ops]

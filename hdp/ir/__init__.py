@@ -11,6 +11,6 @@
   :mod:`hdp.ir.openvino_legalize` (the rewrite a placement over several devices needs): the only
   modules here that import openvino, lazily.
 
-Nothing here imports another hdp package but the base utilities (:mod:`hdp.errors`,
-:mod:`hdp.fsutil`, :mod:`hdp.cache`): which ops a placement decides is the caller's to say.
+Nothing here imports another hdp package but the base utilities (:mod:`hdp.base.errors`,
+:mod:`hdp.base.fsutil`, :mod:`hdp.base.cache`): which ops a placement decides is the caller's to say.
 """

@@ -4,6 +4,7 @@ algorithm with a deterministic tie-break) and :func:`disjoint_set` (scipy's unio
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,7 +99,6 @@ def topological_order(n: int, src, dst, key=None) -> np.ndarray:
 
     Raises ValueError on a cycle.
     """
-    import heapq
 
     src = np.asarray(src, np.int64).reshape(-1)
     dst = np.asarray(dst, np.int64).reshape(-1)

@@ -6,15 +6,16 @@ the specialisation's, since no device compiles those; see
 :func:`hdp.ir.specialise.refine_for_devices`). Ops are matched to the module's by position
 and structure (:func:`hdp.ir.op_identity.check_structure`), never by name. Each layer (Parameter, Constant and Result included) carries
 ``<rt_info><user_data name="affinity" value="DEVICE"/></rt_info>``; the model-level rt_info
-``<hdp>`` records the device list, the method, the target, the ``--memory`` caps it was placed
+``<hdp>`` records the device list, the ops placed on each device (``ops_placed``: the module's ops,
+before the copies of constants the rules add), the method, the target, the ``--memory`` caps it was placed
 under, the module digest and the digest of the ``.bin`` written with it (so a loader detects a
 mismatched pair). Weights are
 written uncompressed, so outputs equal the source model's.
 
-This module knows OpenVINO and the IR, not the placement rules: :func:`hdp.runtime.placed.write_placed`
+This module knows OpenVINO and the IR, not the placement rules: :func:`hdp.runtime.placed.model.write_placed`
 reads the source again, calls :func:`annotate`, applies the rules' rewrite
 (:func:`hdp.ir.openvino_legalize.legalize`, given which ops a placement decides) and saves with
-:func:`save_placed`. :func:`hdp.runtime.placed.compile_placed` runs the result.
+:func:`save_placed`. :func:`hdp.runtime.placed.model.compile_placed` runs the result.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from pathlib import Path
 
 import msgspec
 
-from hdp.errors import InputError
-from hdp.fsutil import commit_pair, kill_point, temp_dir, write_error
+from hdp.base.errors import InputError
+from hdp.base.fsutil import commit_pair, kill_point, temp_dir, write_error
 from hdp.ir import serde
 from hdp.ir.types import Module
 
@@ -47,8 +48,15 @@ def annotate(model, ov_ops, module: Module, target=None) -> None:
     for op, d in zip(ov_ops, dev_of):
         op.get_rt_info()[AFFINITY_KEY] = devs[int(d)]
     model.set_rt_info(",".join(devs), ["hdp", "devices"])
+    # the ops hdp placed, per device (before the written copies of constants): the one count
+    # compile, show and evaluate give
+    counts = [int((dev_of == k).sum()) for k in range(len(devs))]
+    model.set_rt_info(",".join(f"{d}={n}" for d, n in zip(devs, counts)), ["hdp", "ops_placed"])
     model.set_rt_info(pl.method, ["hdp", "method"])
     model.set_rt_info(serde.digest(module), ["hdp", "module_digest"])
+    for key in ("source", "source_digest"):  # the model placed: hdp evaluate compares placements of one model
+        if module.meta.get(key):
+            model.set_rt_info(module.meta[key], ["hdp", key])
     if module.meta.get("specialisation"):  # the shapes it was placed for; hdp evaluate measures at them
         model.set_rt_info(module.meta["specialisation"], ["hdp", "specialisation"])
     if target is not None:
@@ -64,7 +72,7 @@ def save_placed(model, out_xml: str | os.PathLike, check=None) -> Path:
     """Save ``model`` (an annotated placement, see :func:`annotate`) as ``out_xml`` and its ``.bin``
     so that no reader ever sees a half-written or mismatched pair: both are saved in a private
     temporary directory beside ``out_xml`` (:func:`save_uncommitted`), then the pair is committed by
-    :func:`hdp.fsutil.commit_pair`. ``check``, if given, is called with the temporary ``.xml``
+    :func:`hdp.base.fsutil.commit_pair`. ``check``, if given, is called with the temporary ``.xml``
     before anything is committed; it returns a result with ``passed`` and ``describe()``, and a
     failed check leaves no output (InputError)."""
     out_xml = Path(out_xml)
@@ -82,8 +90,8 @@ def save_placed(model, out_xml: str | os.PathLike, check=None) -> Path:
 
 def save_uncommitted(model, tmp_xml: Path, out_xml: Path) -> None:
     """Save ``model`` as ``tmp_xml`` and its ``.bin`` (a temporary beside ``out_xml``), the ``.bin``
-    digest recorded in the ``.xml`` (checked by :func:`hdp.runtime.placed.read_placed`); a failure
-    to write is a :class:`~hdp.fsutil.WriteError` naming ``out_xml``."""
+    digest recorded in the ``.xml`` (checked by :func:`hdp.runtime.placed.model.read_placed`); a failure
+    to write is a :class:`~hdp.base.fsutil.WriteError` naming ``out_xml``."""
     import openvino as ov
 
     pending = secrets.token_hex(16)  # as long as the digest that replaces it in place

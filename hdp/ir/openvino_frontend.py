@@ -14,13 +14,14 @@ import math
 import os
 from pathlib import Path
 
-from hdp.errors import InputError, StaleInput
+from hdp.base.errors import InputError, StaleInput
 from hdp.ir.build import graph_from_edges
 from hdp.ir.op_identity import check_structure, op_structure, unique_names
+from hdp.ir.openvino_legalize import fragile_ops, live_shapes, state_ties
 from hdp.ir.openvino_read import file_digest, read_model
+from hdp.ir.shapes import ShapeRequest, as_request
 from hdp.ir.size_limits import check_input_sizes, check_tensor_sizes
-from hdp.ir.specialise import (ShapeRequest, Specialisation, as_request, plan_specialisation, refine_for_devices,
-                               specialise)
+from hdp.ir.specialise import Specialisation, defaulted, plan_specialisation, refine_for_devices, specialise
 from hdp.ir.types import Module, Op
 
 # --------------------------------------------------------------------------- FLOPs
@@ -110,7 +111,6 @@ def lower_model(model, *, source: str = "", extra_meta: dict[str, str] | None = 
     ``fragile``, ``ties`` and ``live`` (per op position) come from the model as it will be written
     (:func:`~hdp.ir.openvino_legalize.fragile_ops`, :func:`~hdp.ir.openvino_legalize.state_ties`,
     :func:`~hdp.ir.openvino_legalize.live_shapes`); by default they are computed on ``model`` itself."""
-    from hdp.ir.openvino_legalize import fragile_ops, live_shapes, state_ties
 
     ov_ops = list(model.get_ordered_ops())
     names, renamed = unique_names(ov_ops)
@@ -170,7 +170,6 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
     """Lower a specialisation of ``model``, read from ``xml`` by :func:`read_model` (and left
     unchanged), recording its source and the specialisation."""
     xml = Path(xml)
-    from hdp.ir.openvino_legalize import fragile_ops, live_shapes, state_ties
 
     spec = plan_specialisation(model, xml, as_request(request))
     check_input_sizes(spec, xml)
@@ -187,6 +186,9 @@ def lower_file_model(model, xml: str | os.PathLike, request: ShapeRequest | dict
         meta.update(state_shapes=spec.state_shapes(), phase=spec.phase)
     if spec.seq_len:
         meta["seq_len"] = str(spec.seq_len)
+    fixed = defaulted(model, spec, as_request(request))
+    if fixed:  # said by compile: the shapes hdp costs at that the user did not choose
+        meta["defaulted"] = fixed
     module = lower_model(static, source=str(xml.resolve()), extra_meta=meta, fragile=fragile, ties=ties, live=live)
     check_tensor_sizes(module, xml, spec)
     return module

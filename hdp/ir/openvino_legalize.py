@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 _NOT_FOLDABLE = frozenset({"Parameter", "Result", "ReadValue", "Assign", "RandomUniform", "Multinomial",
                            "Loop", "If", "TensorIterator"})
 

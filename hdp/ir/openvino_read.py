@@ -7,8 +7,10 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from xml.parsers import expat
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+
 
 def _core():
     import openvino as ov
@@ -114,7 +116,6 @@ def _check_xml(xml: Path) -> None:
     before OpenVINO, for clearer messages. One streaming pass (expat): the document is never
     held in memory as a tree. A file checked before in this process (same path, size, times,
     and the same for its .bin) is not parsed again (a second of a 20,000-op model's reads)."""
-    from xml.parsers import expat
 
     try:
         stamp = tuple((str(p.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

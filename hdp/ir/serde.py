@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from hdp.errors import InputError
-from hdp.fsutil import atomic_write
+from hdp.base.errors import InputError
+from hdp.base.fsutil import atomic_write
 from hdp.ir.types import SCHEMA_VERSION, Module
 from hdp.ir.verify import VerifyError, verify
 
@@ -75,7 +75,7 @@ def digest(module: Module) -> str:
 
 
 def save(module: Module, path: str | os.PathLike) -> None:
-    """Write ``module`` to ``path`` atomically (see :mod:`hdp.fsutil`)."""
+    """Write ``module`` to ``path`` atomically (see :mod:`hdp.base.fsutil`)."""
     atomic_write(path, MAGIC + encode(module))
 
 

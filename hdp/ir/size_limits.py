@@ -3,10 +3,12 @@ allocate is refused with the input or op named, before any device is asked about
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
-from hdp.errors import InputError
+from hdp.base.cache import parse_size
+from hdp.base.errors import InputError
 from hdp.ir.specialise import Specialisation, ov_type
 from hdp.ir.types import Module
 
@@ -18,12 +20,10 @@ def tensor_limit() -> int:
     ``std::bad_alloc`` or the kernel's out-of-memory killer. ``HDP_MAX_TENSOR_BYTES`` overrides it."""
     env = os.environ.get("HDP_MAX_TENSOR_BYTES", "")
     if env:
-        from hdp.cache import parse_size
-
         try:
             return parse_size(env)
-        except ValueError:
-            raise InputError(f"HDP_MAX_TENSOR_BYTES={env!r} is not a size (e.g. 4G)") from None
+        except ValueError as e:
+            raise InputError(f"HDP_MAX_TENSOR_BYTES={env!r}: {e} (a size such as 4G)") from None
     return host_memory() // 4
 
 
@@ -59,8 +59,6 @@ def _type_size(name: str) -> float:
 
 
 def _too_big(what: str, shape, type_name: str, limit: int) -> str | None:
-    import math
-
     nbytes = int(math.prod(shape) * _type_size(type_name)) if shape else 0
     if nbytes <= limit:
         return None

@@ -43,105 +43,38 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import numpy as np
+from msgspec import Meta
 
-from hdp.errors import InputError, StaleInput
+from hdp.base.errors import InputError, StaleInput
+from hdp.base.validation import MAX_COUNT
 from hdp.ir.openvino_read import ov_error_line
+from hdp.ir.shapes import MAX_DIM, ShapeRequest, as_request
 
 #: Transformer-style inputs whose dynamic sequence dimension ``--seq-len`` fills.
 TOKEN_INPUTS = ("input_ids", "attention_mask", "position_ids", "token_type_ids", "beam_idx")
 DEFAULT_SEQ_LEN = 128
 DEFAULT_BATCH = 1
-PHASES = ("prefill", "decode")
-#: Element type names accepted as the ``:TYPE`` suffix of ``--input-shape``.
-ELEMENT_TYPES = ("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8",
-                 "boolean")
-
-# --------------------------------------------------------------------------- what the user asked for
-
-
-class ShapeRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """The specialisation options of a command: ``--input-shape`` (input names or variable ids
-    to shapes, and element types), ``--seq-len`` (None: the default, not given) and ``--phase``."""
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    types: dict[str, str] = {}
-    seq_len: int | None = None
-    phase: str = "prefill"
-
-
-def parse_input_shapes(specs: tuple[str, ...] | list[str]) -> dict[str, list[int]]:
-    """``["x:1,3,224,224", "mask:1,128"]`` -> {"x": [1,3,224,224], ...}. Several may also be
-    separated by ``;`` in one string. ``s:`` is a scalar; a ``:TYPE`` suffix is dropped here
-    (see :func:`parse_request`)."""
-    return {k: list(v) for k, v in _parse_specs(specs)[0].items()}
-
-
-def _parse_specs(specs) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
-    shapes: dict[str, tuple[int, ...]] = {}
-    types: dict[str, str] = {}
-    for spec in specs:
-        for part in filter(None, (s.strip() for s in spec.split(";"))):
-            body, et = part, ""
-            head, sep, last = part.rpartition(":")
-            if sep and last.strip().lower() in ELEMENT_TYPES + ("bool",):
-                body, et = head, ("boolean" if last.strip().lower() == "bool" else last.strip().lower())
-            name, sep, dims = body.rpartition(":")
-            if not sep or not name:
-                raise InputError(f"--input-shape '{part}': expected NAME:D0,D1,...[:TYPE] "
-                                 f"(e.g. x:1,3,224,224 or ids:1,128:i64; NAME: for a scalar)")
-            try:
-                shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
-            except ValueError:
-                raise InputError(f"--input-shape '{part}': dimensions must be integers") from None
-            if any(d < 0 for d in shape):
-                raise InputError(f"--input-shape '{part}': dimensions must be non-negative integers")
-            shapes[name] = shape
-            if et:
-                types[name] = et
-    return shapes, types
-
-
-def parse_request(specs=(), seq_len: int | None = None, phase: str | None = None) -> ShapeRequest:
-    """A :class:`ShapeRequest` from the command-line options."""
-    shapes, types = _parse_specs(specs)
-    if seq_len is not None and seq_len < 1:
-        raise InputError(f"--seq-len {seq_len}: must be at least 1")
-    phase = phase or "prefill"
-    if phase not in PHASES:
-        raise InputError(f"--phase {phase}: expected one of {', '.join(PHASES)}")
-    return ShapeRequest(shapes=shapes, types=types, seq_len=seq_len, phase=phase)
-
-
-def as_request(shapes) -> ShapeRequest:
-    """Accept a ShapeRequest, a ``{name: shape}`` dict (older callers) or None."""
-    if shapes is None:
-        return ShapeRequest()
-    if isinstance(shapes, ShapeRequest):
-        return shapes
-    return ShapeRequest(shapes={k: tuple(int(d) for d in v) for k, v in dict(shapes).items()})
-
-
-def format_input_shapes(shapes: dict[str, list[int]]) -> str:
-    """The inverse of :func:`parse_input_shapes`. Scalar inputs are left out: they are static
-    already, and ``NAME:`` would not parse back."""
-    return ";".join(f"{k}:{','.join(map(str, v))}" for k, v in sorted(shapes.items()) if v)
-
 
 # --------------------------------------------------------------------------- the specialisation
 
 
+#: A dimension as a record holds it (a placed model's or a module's specialisation, read back).
+Dim = Annotated[int, Meta(ge=0, le=MAX_DIM)]
+
+
 class InputSpec(msgspec.Struct, frozen=True, array_like=True):
     name: str  # the input's label (first tensor name, else its Parameter's friendly name)
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     type: str  # element type name ("f32", "i64", ...)
 
 
 class StateSpec(msgspec.Struct, frozen=True, array_like=True):
     variable: str  # variable id
-    shape: tuple[int, ...]  # the state an inference starts from
+    shape: tuple[Dim, ...]  # the state an inference starts from
     type: str
 
 
@@ -154,7 +87,7 @@ class Specialisation(msgspec.Struct, frozen=True, kw_only=True):
     inputs: tuple[InputSpec, ...]
     state: tuple[StateSpec, ...] = ()
     phase: str = ""
-    seq_len: int = 0
+    seq_len: Annotated[int, Meta(ge=0, le=MAX_COUNT)] = 0
 
     def to_json(self) -> str:
         return msgspec.json.encode(self).decode()
@@ -250,6 +183,30 @@ def _fits(ps, shape: tuple[int, ...]) -> bool:
         return False
     return all(d.get_min_length() <= s and (d.get_max_length() < 0 or s <= d.get_max_length())
                for d, s in zip(ps, shape)) and ps.compatible(ov.PartialShape(list(shape)))
+
+
+def defaulted(model, spec: Specialisation, request: ShapeRequest | None = None) -> str:
+    """What the specialisation fixed without being asked: ``x: dynamic batch fixed to 1; input_ids:
+    dynamic sequence fixed to 128`` (empty when every dynamic dimension was given), for the
+    compile to say so."""
+    req = as_request(request)
+    given = set(req.shapes)
+    notes = []
+    for inp, ins in zip(model.inputs, spec.inputs):
+        if given & set(_all_names(inp)):
+            continue
+        ps = inp.get_partial_shape()
+        if ps.rank.is_dynamic:
+            continue
+        dims = list(ps)
+        fixed = []
+        if dims and dims[0].is_dynamic:
+            fixed.append(f"dynamic batch fixed to {ins.shape[0]}")
+        if len(dims) > 1 and _token_role(inp) and dims[-1].is_dynamic and req.seq_len is None:
+            fixed.append(f"dynamic sequence fixed to {ins.shape[-1]} (--seq-len)")
+        if fixed:
+            notes.append(f"{ins.name}: {', '.join(fixed)}")
+    return "; ".join(notes)
 
 
 def plan_specialisation(model, xml: str | os.PathLike, request: ShapeRequest | None = None) -> Specialisation:

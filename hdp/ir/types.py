@@ -11,8 +11,8 @@ Stages are optional fields of :class:`Module`; a pass adds the field it provides
 
 from __future__ import annotations
 
-import numpy as np
 import msgspec
+import numpy as np
 
 #: Bump when the encoded layout of Module changes; readers refuse newer schemas.
 #: 2: ``Graph.fragile`` and ``Graph.ties`` (schema-1 modules decode with neither).
@@ -131,12 +131,19 @@ class Costs(msgspec.Struct, frozen=True, gc=False):
     #: (profiled before schema 3, or profiled without denoising)
     op_se: Array | None = None
     #: per device: what it is (plugin, precision it runs, threads, ...; "modeled" for modeled ones);
-    #: devices with the same class share one profile (:mod:`hdp.runtime.denoise`). Empty: not known
+    #: devices with the same class share one profile (:mod:`hdp.runtime.costs.denoise`). Empty: not known
     device_class: tuple[str, ...] = ()
     #: float64 per edge (graph CSR order): seconds one copy of the edge's tensor costs across a
     #: device boundary, replacing ``link_latency + bytes / link_bandwidth`` (cost graphs give it per
     #: tensor, :mod:`hdp.costgraph`); None: the link model prices every copy
     edge_time: Array | None = None
+    #: float64 n_ops x n_devices: bytes each op moves to and from its device's memory where modeled
+    #: (0 where measured); None: not known. With ``dram_shares`` it prices devices of one DRAM running
+    #: at once (:meth:`hdp.placement.simulate.Simulator.dram_seconds`)
+    op_dram: Array | None = None
+    #: devices that draw on one DRAM, with its bandwidth in bytes/s (a target's ``[[shares]]``
+    #: resource = "memory" with a bandwidth)
+    dram_shares: tuple[tuple[tuple[str, ...], float], ...] = ()
 
 
 class Coarse(msgspec.Struct, frozen=True, gc=False):

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from msgspec import Meta
 
-from hdp.errors import InputError
-from hdp.fsutil import atomic_path
+from hdp.base.errors import InputError
+from hdp.base.fsutil import atomic_path
+from hdp.base.validation import Count, Finite, NonNegative, Positive, convert
 from hdp.learn.config import ModelConfig, ParseConfig, Width
 from hdp.learn.graph import LearnGraph
 from hdp.learn.model import HsdagNet
-from hdp.validation import Count, Finite, NonNegative, Positive, convert
 
 CHECKPOINT_VERSION = 1
 

@@ -15,12 +15,12 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from hdp.validation import AtLeastOne, Count, Finite, NonNegative, Positive, Share, recheck
+from hdp.base.validation import AtLeastOne, Count, Finite, NonNegative, Positive, Share, recheck
 
 Episodes = AtLeastOne
 #: The REINFORCE and PPO updates compare the placements of one batch (advantage = reward minus
 #: the batch mean, over the batch's spread); one placement gives no update (``_update`` skips it).
-Samples = Annotated[int, Meta(ge=2, description="a policy update compares the placements of one batch")]
+Samples = Annotated[int, Meta(ge=2, le=4096, description="a policy update compares the placements of one batch")]
 LearningRate = Annotated[float, Meta(gt=0, lt=1)]
 #: Beyond these bounds building the network exhausts memory.
 Hidden = Annotated[int, Meta(ge=1, le=4096)]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir.types import Module
 from hdp.placement.problem import PlacementProblem
 

@@ -25,15 +25,21 @@ such a policy by one greedy forward pass, without any evaluation.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
 import msgspec
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import Count
+from hdp.learn import clock
 from hdp.learn.config import Budget as Seconds
-from hdp.validation import Count
+from hdp.learn.config import PlacetoConfig, RnnConfig, TrainConfig
+from hdp.learn.graph import build_learn_graph
+from hdp.placement.objective import Concurrent, Latency, Throughput
+from hdp.placement.simulate import Simulator
 
 OBJECTIVES: tuple[str, ...] = ("latency", "concurrent", "throughput")
 LEARNERS: tuple[str, ...] = ("hsdag", "placeto", "rnn-placer")
@@ -59,7 +65,6 @@ def objective_of(objective, requests: int = 4):
     objective ``hdp compile --execution concurrent`` gives its problem when the executor was not
     calibrated), ``throughput`` -> :class:`Throughput` with ``requests`` in flight; an objective
     value (e.g. a :class:`Concurrent` with the executor's calibrated costs) is returned as is."""
-    from hdp.placement.objective import Concurrent, Latency, Throughput
 
     if isinstance(objective, (Latency, Concurrent, Throughput)):
         return objective
@@ -88,7 +93,6 @@ def objective_cost(problem, objective, requests: int = 4) -> Callable[[np.ndarra
 
 def problem_cost(problem) -> Callable[[np.ndarray], float]:
     """What a placement method optimises on ``problem``: its own objective."""
-    from hdp.placement.simulate import Simulator
 
     return Simulator(problem).cost
 
@@ -103,13 +107,13 @@ def learn(method: str, module, problem, cost: Callable[[np.ndarray], float], bud
           checkpoint: str | None = None):
     """Train ``method`` on ``problem`` (built from ``module``) to minimise ``cost``; see the module
     docstring. ``policy``/``checkpoint`` (hsdag only): weights to start from / to write."""
-    from hdp.learn.graph import build_learn_graph
 
     lg = build_learn_graph(module, problem)
     cands = candidates_of(problem)
-    deadline = time.monotonic() + budget.seconds if budget.seconds else None
+    deadline = clock.now() + budget.seconds if budget.seconds else None
     if method == "hsdag":
-        from hdp.learn.trainer import TrainConfig, train
+        # lazy: imports torch (about 1.5 s), needed only when a learned method runs
+        from hdp.learn.trainer import train
 
         cfg = TrainConfig(episodes=_UNBOUNDED, max_placements=budget.evaluations, deadline=deadline, seed=seed,
                           progress=False, policy=policy, checkpoint=checkpoint, patience=_PATIENCE)
@@ -117,13 +121,13 @@ def learn(method: str, module, problem, cost: Callable[[np.ndarray], float], bud
     if policy or checkpoint:
         raise InputError(f"{method}: policy reuse is implemented for hsdag only")
     if method == "placeto":
-        from hdp.learn.config import PlacetoConfig
+        # lazy: imports torch (about 1.5 s), needed only when a learned method runs
         from hdp.learn.placeto import train_placeto
 
         cfg = PlacetoConfig(episodes=_UNBOUNDED, max_placements=budget.evaluations, deadline=deadline, seed=seed)
         return train_placeto(lg, problem, cost, cfg, warm_start, cands)
     if method == "rnn-placer":
-        from hdp.learn.config import RnnConfig
+        # lazy: imports torch (about 1.5 s), needed only when a learned method runs
         from hdp.learn.rnn import train_rnn
 
         cfg = RnnConfig(steps=_UNBOUNDED, max_placements=budget.evaluations, deadline=deadline, seed=seed)
@@ -146,7 +150,6 @@ def train_on_models(items, budget_each: Budget, rounds: int, checkpoint: str, se
     problem, cost)`` each), ``budget_each`` per model and pass, the weights handed from one run to
     the next through ``checkpoint`` (a model's own run state is not resumed: each run lends the
     weights to the next). ``warm_starts``: an optional warm start per item. Returns the results."""
-    import os
 
     out = []
     for r in range(rounds):
@@ -163,9 +166,11 @@ def zero_shot(module, problem, policy: str) -> tuple[np.ndarray, dict]:
     evaluation), and the seconds of each stage (``graph``, ``load``, ``forward``)."""
     import torch
 
-    from hdp.learn.graph import build_learn_graph
-    from hdp.learn.model import HsdagNet, Problem
+    # lazy: imports torch (about 1.5 s), needed only when a learned method runs
     from hdp.learn.checkpoint import load_checkpoint, load_weights, restore_config
+
+    # lazy: imports torch (about 1.5 s), needed only when a learned method runs
+    from hdp.learn.model import HsdagNet, Problem
 
     t0 = time.perf_counter()
     lg = build_learn_graph(module, problem)

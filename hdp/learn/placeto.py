@@ -36,10 +36,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from hdp.learn import clock
 from hdp.learn.baseline_graph import DirectedView, directed_view
 from hdp.learn.config import PlacetoConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
-from hdp.learn.trainer import StopTraining, TrainingRun, TrainResult, now, torch_threads
+from hdp.learn.trainer import StopTraining, TrainingRun, TrainResult, torch_threads
 
 _MASKED = -1e9
 #: Steps recomputed with gradient at once in an update (bounds the memory of long episodes).
@@ -139,7 +140,7 @@ def train_placeto(lg: LearnGraph, problem, evaluate, cfg: PlacetoConfig = Placet
     """Learn a placement of ``lg`` (the problem it was built from: ``problem``) with Placeto;
     ``evaluate(device per tie group) -> seconds``. See the module docstring."""
     cfg.check()
-    with torch_threads(1):
+    with torch_threads(1), torch.enable_grad():  # grad mode on whatever the caller left (an interrupted no_grad)
         return _train(lg, problem, evaluate, cfg, warm_start, candidates)
 
 
@@ -204,7 +205,7 @@ def _train(lg, problem, evaluate, cfg: PlacetoConfig, warm_start, candidates) ->
         stopped = s.why
     return TrainResult(best_device_of=run.best_device_of, best_latency=run.best_latency,
                        best_source=run.best_source, evaluations=run.evaluations, samples=run.samples,
-                       failures=run.failures, episodes=run.episode, seconds=now() - run.t0, groups=n,
+                       failures=run.failures, episodes=run.episode, seconds=clock.now() - run.t0, groups=n,
                        stopped=stopped, curve=run.curve, top=run.top(cfg.top))
 
 
@@ -231,7 +232,7 @@ def _set_lr(opt, cfg: PlacetoConfig, run: TrainingRun) -> None:
     if cfg.max_placements:
         shares.append(run.evaluations / cfg.max_placements)
     if run.stop_at != math.inf:
-        shares.append((now() - run.t0) / max(run.stop_at - run.t0, 1e-9))
+        shares.append((clock.now() - run.t0) / max(run.stop_at - run.t0, 1e-9))
     f = min(max(shares), 1.0)
     for g in opt.param_groups:
         g["lr"] = cfg.lr + (cfg.lr_end - cfg.lr) * f

@@ -34,10 +34,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from hdp.learn import clock
 from hdp.learn.baseline_graph import directed_view
 from hdp.learn.config import RnnConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
-from hdp.learn.trainer import StopTraining, TrainingRun, TrainResult, now, torch_threads
+from hdp.learn.trainer import StopTraining, TrainingRun, TrainResult, torch_threads
 
 _MASKED = -1e9
 #: Stop once this many placements in a row were all evaluated before (the policy has converged:
@@ -155,7 +156,7 @@ def train_rnn(lg: LearnGraph, problem, evaluate, cfg: RnnConfig = RnnConfig(),
     """Learn a placement of ``lg`` (built from ``problem``) with the hierarchical planner;
     ``evaluate(device per tie group) -> seconds``. See the module docstring."""
     cfg.check()
-    with torch_threads(1):
+    with torch_threads(1), torch.enable_grad():  # grad mode on whatever the caller left (an interrupted no_grad)
         return _train(lg, problem, evaluate, cfg, warm_start, candidates)
 
 
@@ -209,7 +210,7 @@ def _train(lg, problem, evaluate, cfg: RnnConfig, warm_start, candidates) -> Tra
         stopped = s.why
     return TrainResult(best_device_of=run.best_device_of, best_latency=run.best_latency,
                        best_source=run.best_source, evaluations=run.evaluations, samples=run.samples,
-                       failures=run.failures, episodes=run.samples, seconds=now() - run.t0, groups=n_groups,
+                       failures=run.failures, episodes=run.samples, seconds=clock.now() - run.t0, groups=n_groups,
                        stopped=stopped, curve=run.curve, top=run.top(cfg.top))
 
 

@@ -10,7 +10,7 @@ updated between placements (see :mod:`hdp.learn.model`); after it the policy is 
 exponential moving average), divided by the batch's standard deviation. The published code uses
 the raw discounted reward with no baseline and scores single-device placements as failures; here a
 single-device placement is an ordinary candidate, and a placement whose evaluation raises
-:class:`hdp.errors.HdpError` is recorded as failed and rewarded as ``fail_factor ×`` the worst
+:class:`hdp.base.errors.HdpError` is recorded as failed and rewarded as ``fail_factor ×`` the worst
 latency seen, and training goes on.
 
 Beyond the paper: initial candidates (e.g. every single-device placement) and an optional warm-start
@@ -20,9 +20,9 @@ The best placement of all of these is kept and returned.
 
 Budgets: ``episodes × samples`` training placements, ``max_placements`` evaluator calls (identical
 placements are evaluated once), ``max_seconds`` of wall clock for this call and an absolute
-``deadline`` (``time.monotonic()``). Time is checked before every evaluation, every sampled
-placement, every imitation step and every policy update, not only between episodes; an evaluation
-starts only if the recent evaluations (or, before any, ``eval_estimate``) say it will end before
+``deadline``, both on :func:`hdp.learn.clock.now` (``time.monotonic``; tests replace it). Time is
+checked before every evaluation, every sampled placement, every imitation step and every policy
+update, not only between episodes; an evaluation starts only if the recent evaluations (or, before any, ``eval_estimate``) say it will end before
 the deadline with time left for the caller to compare up to ``reserve_evals`` of the placements
 evaluated (a final head-to-head; none while fewer than two were evaluated); one already running
 finishes. ``patience`` stops training when that many placements in a row brought no gain
@@ -49,7 +49,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,10 +57,19 @@ from typing import Callable, Iterator
 import msgspec
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from hdp.errors import HdpError, InputError
-from hdp.fsutil import atomic_path, atomic_write, kill_point
-from hdp.learn.checkpoint import CurveRow, load_checkpoint, load_run_state, load_weights, restore_config, save_checkpoint
+from hdp.base.errors import HdpError, InputError
+from hdp.base.fsutil import atomic_path, atomic_write, kill_point
+from hdp.learn import clock
+from hdp.learn.checkpoint import (
+    CurveRow,
+    load_checkpoint,
+    load_run_state,
+    load_weights,
+    restore_config,
+    save_checkpoint,
+)
 from hdp.learn.config import ModelConfig, ParseConfig, TrainConfig
 from hdp.learn.graph import LearnGraph
 from hdp.learn.model import MAX_DEVICES, HsdagNet, Output, Problem, Round
@@ -81,11 +89,6 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def now() -> float:
-    """The clock of budgets and deadlines (``time.monotonic``; tests replace it)."""
-    return time.monotonic()
 
 
 @dataclass
@@ -138,7 +141,7 @@ class TrainingRun:
         self.failures = 0
         self.episode = 0
         self.ema: float | None = None
-        self.t0 = now()
+        self.t0 = clock.now()
         self.stop_at = min(self.t0 + cfg.max_seconds if cfg.max_seconds else math.inf,
                            math.inf if cfg.deadline is None else cfg.deadline)
         self.eval_seconds: list[float] = []  # wall time of each evaluator call of this run
@@ -158,14 +161,14 @@ class TrainingRun:
         else:
             self.check_budget()
             self.evaluations += 1
-            t0 = now()
+            t0 = clock.now()
             try:
                 lat = float(self.evaluate(np.asarray(device_of, np.int16)))
                 if not math.isfinite(lat) or lat <= 0:
                     raise HdpError(f"evaluator returned latency {lat}")
             except HdpError:
                 lat = None
-            self.eval_seconds.append(now() - t0)
+            self.eval_seconds.append(clock.now() - t0)
             self.cache[key] = lat
             self.sources.setdefault(key, source)
         if self.gain_ref is None or (lat is not None and lat < self.gain_ref * (1 - c.min_gain)):
@@ -183,7 +186,7 @@ class TrainingRun:
         self.curve.append({"index": len(self.curve), "episode": self.episode, "source": source,
                            "latency_s": "" if lat is None else lat, "failed": int(lat is None),
                            "best_s": self.best_latency if self.best_device_of is not None else "",
-                           "seconds": round(now() - self.t0, 4)})
+                           "seconds": round(clock.now() - self.t0, 4)})
         if self.bar is not None and self.best_device_of is not None:
             self.bar.set_postfix_str(f"best {self.best_latency * 1e3:.4g} ms")
         return lat
@@ -203,7 +206,7 @@ class TrainingRun:
         n = len(self.eval_seconds) + (1 if evaluating else 0)
         reserve = min(self.cfg.reserve_evals, n) if n >= 2 else 0.0
         need = self.eval_estimate() * (reserve + (1 if evaluating else 0))
-        if now() + need >= self.stop_at:
+        if clock.now() + need >= self.stop_at:
             raise StopTraining("seconds")
 
     def check_budget(self) -> None:
@@ -359,7 +362,7 @@ def train(lg: LearnGraph, evaluate: Callable[[np.ndarray], float], cfg: TrainCon
     is evaluated and imitated before RL (both skipped when resuming).
     """
     cfg.check()
-    with torch_threads(1 if lg.n_nodes < _SINGLE_THREAD_BELOW else None):
+    with torch_threads(1 if lg.n_nodes < _SINGLE_THREAD_BELOW else None), torch.enable_grad():  # grad: any caller
         return _train(lg, evaluate, cfg, warm_start, candidates)
 
 
@@ -388,7 +391,6 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
 
     stopped = "done"
     total = max(cfg.episodes - run.episode, 0) * cfg.samples
-    from tqdm.auto import tqdm
 
     hide = None if cfg.progress is None else not cfg.progress
     run.bar = tqdm(total=total, desc="hsdag", unit="placement", disable=hide, leave=False)
@@ -455,7 +457,7 @@ def _train(lg, evaluate, cfg, warm_start, candidates) -> TrainResult:
     result = TrainResult(
         best_device_of=run.best_device_of, best_latency=run.best_latency, best_source=run.best_source,
         evaluations=run.evaluations, samples=run.samples, failures=run.failures, episodes=run.episode,
-        seconds=now() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed,
+        seconds=clock.now() - run.t0, groups=groups, stopped=stopped, curve=run.curve, resumed=resumed,
         top=run.top(cfg.top))
     if cfg.report_dir:
         _write_report(cfg.report_dir, run, result)

@@ -1,4 +1,4 @@
-"""Passes: frozen option values that map a Module to a Module (DESIGN.md §3), and what runs them.
+"""Passes: frozen option values that map a Module to a Module (docs/design.md §3), and what runs them.
 
 - :mod:`hdp.passes.base` (the Pass value), :mod:`hdp.passes.registry` (names to classes, lazily),
   :mod:`hdp.passes.manager` (schedule checked from what each value needs, cache, verify, instruments),

@@ -1,7 +1,7 @@
 """Numba kernels of the structure passes (``features``, ``coarsen``).
 
-Every kernel is a module-level ``@njit(cache=True)`` function (:func:`hdp.jit.njit`: cached under
-the hdp cache, compiled ahead of time by ``python -m hdp.warmup``) over plain arrays: graphs arrive as
+Every kernel is a module-level ``@njit(cache=True)`` function (:func:`hdp.base.jit.njit`: cached under
+the hdp cache, compiled ahead of time by ``python -m hdp.pipeline.warmup``) over plain arrays: graphs arrive as
 CSR over successors (``indptr`` int64, ``indices`` int32) with ops in topological order, so an edge
 ``u -> v`` always has ``u < v``. All kernels run in time linear in ops + edges (up to the per-row
 sorts in :func:`quotient_csr` and the bounded balls of :func:`fractal_dimension`).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdp.jit import njit
+from hdp.base.jit import njit
 
 # --------------------------------------------------------------------------- shared
 

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import Count
 from hdp.ir.types import Array, Module, Placement
 from hdp.passes.base import Pass
+from hdp.placement.problem import Hosts, problem_of
+from hdp.placement.simulate import SIMULATED_KEYS, Simulator
+from hdp.placement.subgraphs import untangle
+from hdp.placers.refine import refine
 
 
 class AssignPass(Pass, tag="assign"):
     """Device per op from the partition; optionally refine greedily under the cost model."""
 
     refine: bool = False  # greedy boundary moves under the cost model (needs costs)
-    refine_rounds: int = 200
+    refine_rounds: Count = 200
     requires = ("graph", "partition")
     provides = ("placement",)
     version = 4  # replicated chains priced once per device (the price depends on the placement alone); refined placements untangled for HETERO's state rule
@@ -29,9 +34,6 @@ class AssignPass(Pass, tag="assign"):
         return type(self).requires + (("costs",) if self.refine else ())
 
     def run(self, module: Module) -> Module:
-        from hdp.placement.problem import problem_of
-        from hdp.placement.simulate import SIMULATED_KEYS
-
         p = module.partition
         if module.support is not None and module.support.devices != p.devices:
             raise InputError("support and partition disagree on the device list")
@@ -39,6 +41,12 @@ class AssignPass(Pass, tag="assign"):
             raise InputError(f"refine_rounds must be >= 0, got {self.refine_rounds}")
         ties = p.extra_ties.numpy() if p.extra_ties is not None else ()
         problem = problem_of(module, p.devices, ties)
+        if p.info.get("hosts_table"):  # placed on several hosts: priced on them
+            try:
+                problem = problem.with_hosts(Hosts.from_text(p.info["hosts_table"]))
+            except ValueError as e:
+                raise InputError(f"the partition's hosts record is broken ({e}); run the partition pass "
+                                 f"again") from None
         gd = p.group_device.numpy().astype(np.int64)
         if gd.shape[0] != problem.n_groups:
             raise InputError(f"the partition has {gd.shape[0]} groups, the graph {problem.n_groups}; "
@@ -52,9 +60,7 @@ class AssignPass(Pass, tag="assign"):
         if self.refine:
             if module.costs is None:
                 raise InputError("assign --set refine=true needs costs; run the profile pass first")
-            from hdp.placers.refine import refine
 
-            from hdp.placement.subgraphs import untangle
 
             gd, before, after, n_moves = refine(problem, gd, self.refine_rounds)
             gd, moved = untangle(problem, gd)  # a refined move may tangle a state (hdp.placement.subgraphs)
@@ -63,8 +69,6 @@ class AssignPass(Pass, tag="assign"):
             if moved:
                 info["untangled_groups"] = str(moved)
         if module.costs is not None and problem.n_groups:
-            from hdp.placement.simulate import Simulator
-
             info.update({k: str(v) for k, v in Simulator(problem).report(gd).items()})
         pl = Placement(method=p.method, devices=p.devices, device_of=Array.of(problem.op_devices(gd), np.int16),
                        info=info)

@@ -21,7 +21,7 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     version: ClassVar[int] = 1
     #: True for a pass that queries or times the real devices of this host (support, profile):
     #: when its target has a real device, its cache key includes the host fingerprint
-    #: (:func:`hdp.runtime.host.host_fingerprint`: CPU model and flags, OpenVINO version).
+    #: (:func:`hdp.target.host.host_fingerprint`: CPU model and flags, OpenVINO version).
     host_dependent: ClassVar[bool] = False
 
     def depends_on_host(self) -> bool:
@@ -43,6 +43,25 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     @classmethod
     def pass_name(cls) -> str:
         return cls.__struct_config__.tag
+
+    # How flat options (``--set KEY=VALUE``, ``NAME{KEY=VALUE}`` in a pipeline text, a command's
+    # flags) become the pass's fields, for :func:`hdp.pipeline.schedule.build_pass`, which converts
+    # and bounds them by the fields' declarations. By default an option is a field.
+
+    @classmethod
+    def fields_from(cls, options: dict) -> dict:
+        """The fields' builtins from flat options (reshaping only: the conversion comes after)."""
+        return dict(options)
+
+    @classmethod
+    def known_options(cls, options: dict) -> tuple[tuple[str, ...], str]:
+        """The option names these options may use, and how an unknown one's message names the pass."""
+        return tuple(f for f in cls.__struct_fields__ if f != "target"), f"pass '{cls.pass_name()}'"
+
+    @classmethod
+    def option_message(cls, options: dict, path: str, what: str) -> tuple[str, str]:
+        """(the option, the one-line message) of a bad value at field ``path`` of these options."""
+        return path.split(".")[0].split("[")[0], f"pass '{cls.pass_name()}' option '{path}' {what}"
 
     def key_value(self):
         """What identifies this pass value in a cache key: itself, or its fields without

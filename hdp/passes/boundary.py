@@ -1,4 +1,4 @@
-"""``boundary``: apply a calibrated boundary model to the cost table (see :mod:`hdp.runtime.calibrate`).
+"""``boundary``: apply a calibrated boundary model to the cost table (see :mod:`hdp.runtime.costs.calibrate`).
 
 Runs after ``profile``. The link terms of the costs become the calibration's (per subgraph, per
 copied tensor, per byte), converted into the profile's seconds with the profile's ``α`` when the
@@ -21,9 +21,10 @@ import math
 import msgspec
 import numpy as np
 
+from hdp.base.errors import InputError
 from hdp.ir.types import Array, Module
 from hdp.passes.base import Pass
-from hdp.runtime.calibrate import BoundaryModel, ModelScale
+from hdp.runtime.costs.calibrate import BoundaryModel, ModelScale, calibration_for, costs_digest, op_common
 
 #: Costs need a finite bandwidth: a calibration that found copies free per byte gets this.
 MAX_BANDWIDTH = 1e19
@@ -43,7 +44,6 @@ class BoundaryPass(Pass, tag="boundary"):
     @classmethod
     def from_options(cls, options: dict) -> "BoundaryPass":
         """From ``--set`` options: only a whole calibration makes sense here, so say where one comes from."""
-        from hdp.errors import InputError
 
         if "boundary" not in options:
             raise InputError("pass 'boundary' applies a calibration: run `hdp calibrate MODEL --target T`, then "
@@ -54,8 +54,6 @@ class BoundaryPass(Pass, tag="boundary"):
             raise InputError(f"pass 'boundary': invalid option: {e}") from None
 
     def run(self, module: Module) -> Module:
-        from hdp.runtime.calibrate import costs_digest, op_common
-
         c = module.costs
         scale = next((m for m in self.models if m.costs == costs_digest(c)), None)
         alpha = scale.compute_scale if scale is not None else 1.0
@@ -84,7 +82,6 @@ class BoundaryPass(Pass, tag="boundary"):
 def with_calibration(schedule: list, target, cache) -> list:
     """``schedule`` with a ``boundary`` pass after ``profile`` when the cache (a PassCache, or None
     for no cache) holds a calibration of ``target`` on this host; else unchanged."""
-    from hdp.runtime.calibrate import calibration_for
 
     if cache is None:
         return schedule

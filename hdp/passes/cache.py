@@ -1,6 +1,6 @@
 """Content-addressed on-disk cache of pass outputs.
 
-An entry is ``<dir>/<key[:2]>/<key>.hdp`` in the :class:`hdp.cache.Store` format: a checksum of the
+An entry is ``<dir>/<key[:2]>/<key>.hdp`` in the :class:`hdp.base.cache.Store` format: a checksum of the
 key and the payload (an encoded Module), then the payload. A corrupt entry (bad checksum, an entry
 stored under another key, undecodable, or failing :func:`hdp.ir.verify.verify`) is deleted with a
 warning and reported as a miss; the cache never stops a run.
@@ -14,10 +14,11 @@ discards the entries a command read (:attr:`PassCache.hits`) and recomputes once
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
-from hdp.cache import Store, open_root
-from hdp.errors import InputError
+from hdp.base.cache import Store, open_root
+from hdp.base.errors import InputError
 from hdp.ir import serde
 from hdp.ir.types import Module
 
@@ -56,8 +57,6 @@ class PassCache:
         keys = [k for k in dict.fromkeys(keys) if k not in self._discarded]
         self._discarded.update(keys)
         if keys:
-            import warnings
-
             one = len(keys) == 1
             warnings.warn(f"discarding {len(keys)} cache entr{'y' if one else 'ies'} that decoded but "
                           f"do{'es' if one else ''} not match {'its' if one else 'their'} model ({why}); "

@@ -31,13 +31,17 @@ boundary once). With ``module.features`` present, group features are the members
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
+from msgspec import Meta
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import MAX_COUNT
 from hdp.ir.types import Array, Coarse, Graph, Module
 from hdp.passes import _kernels as K
 from hdp.passes.base import Pass
+from hdp.placement.structure import CONE, roles
 
 RULES = {"paper": K.RULE_PAPER, "loose": K.RULE_LOOSE, "child": K.RULE_CHILD, "none": -1}
 
@@ -47,7 +51,7 @@ class CoarsenPass(Pass, tag="coarsen"):
 
     rule: str = "paper"  # paper | loose | child | none
     fold_constants: bool = True
-    groups: int = 0  # target number of groups; 0: no multilevel step
+    groups: Annotated[int, Meta(le=MAX_COUNT)] = 0  # target number of groups; 0: no multilevel step
     requires = ("graph",)
     provides = ("coarse",)
 
@@ -69,7 +73,6 @@ def graph_arrays(g: Graph):
     """(indptr, indices, edge_bytes, src_port, is_constant): the arrays the kernels take.
     ``is_constant`` marks constant data (:mod:`hdp.placement.structure`: Constants, ShapeOfs and
     what is computed only from them)."""
-    from hdp.placement.structure import CONE, roles
 
     return g.indptr.numpy(), g.indices.numpy(), g.edge_bytes.numpy(), g.src_port.numpy(), roles(g) == CONE
 

@@ -19,10 +19,13 @@ Column groups, in order (each can be switched off for ablations):
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
+from msgspec import Meta
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import MAX_COUNT
 from hdp.ir.types import Array, Features, Graph, Module
 from hdp.passes import _kernels as K
 from hdp.passes.base import Pass
@@ -63,11 +66,11 @@ class FeaturesPass(Pass, tag="features"):
     shape: bool = True
     structural: bool = True  # degrees, fractal dimension, depths
     position: bool = True
-    radius: int = 4  # fractal dimension: largest BFS radius
-    ball_cap: int = 512  # fractal dimension: stop growing a ball beyond this many nodes
-    max_rank: int = 6
-    degree_cap: int = 8
-    pos_dims: int = 8
+    radius: Annotated[int, Meta(le=64)] = 4  # fractal dimension: largest BFS radius
+    ball_cap: Annotated[int, Meta(le=MAX_COUNT)] = 512  # fractal dimension: stop growing a ball beyond this many nodes
+    max_rank: Annotated[int, Meta(le=64)] = 6  # (the lower bounds: check())
+    degree_cap: Annotated[int, Meta(le=1024)] = 8  # a column per degree up to it
+    pos_dims: Annotated[int, Meta(le=1024)] = 8
     requires = ("graph",)
     provides = ("features",)
 

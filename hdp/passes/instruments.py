@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from hdp.fsutil import atomic_write
+from hdp.base.fsutil import atomic_write
 from hdp.ir import serde
 
 
@@ -57,15 +57,34 @@ class DumpIR(Instrument):
 
 
 class Progress(Instrument):
-    """One line per stage on stderr."""
+    """One line per stage on stderr; ``live``: one status line on a terminal, rewritten in place as
+    stages start and finish and cleared by :meth:`close` (what a compile without ``-v`` shows, so
+    that its report stays short)."""
 
-    def __init__(self):
+    def __init__(self, live: bool = False):
         self._starts: list[float] = []
+        self.live = live
+        self._shown = 0
+
+    def _status(self, text: str) -> None:
+        pad = max(self._shown - len(text), 0)
+        print(f"\r{text}{' ' * pad}\r" if text else f"\r{' ' * self._shown}\r", end="", file=sys.stderr, flush=True)
+        self._shown = len(text)
 
     def before(self, name, key):
         self._starts.append(time.perf_counter())
+        if self.live:
+            self._status(f"[hdp] {name} ...")
 
     def after(self, name, key, hit, module):
         dt = time.perf_counter() - self._starts.pop()
         took = "cached" if hit else f"{dt:.2f}s"
-        print(f"[hdp] {name:<10} {took}", file=sys.stderr, flush=True)
+        if self.live:
+            self._status(f"[hdp] {name} {took}")
+        else:
+            print(f"[hdp] {name:<10} {took}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Clear a live status line."""
+        if self.live and self._shown:
+            self._status("")

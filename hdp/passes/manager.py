@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from hdp.errors import HdpError, PassError, is_stale
+from hdp.base.errors import HdpError, PassError, is_stale
 from hdp.ir import serde
 from hdp.ir.types import STAGES, Module
 from hdp.ir.verify import VerifyError, verify
 from hdp.passes.base import Pass
 from hdp.passes.cache import PassCache
 from hdp.passes.instruments import Instrument
+from hdp.passes.registry import registry
+from hdp.target.host import host_fingerprint
 
 
 class Stage(Protocol):
@@ -50,8 +52,6 @@ def pass_key(p: Pass, input_digest: str) -> str:
     fingerprint for a pass whose output depends on the host (:meth:`Pass.depends_on_host`)."""
     parts = [p.pass_name(), type(p).version, p.key_value(), input_digest]
     if p.depends_on_host():
-        from hdp.runtime.host import host_fingerprint
-
         parts.append(host_fingerprint())
     return serde.digest_bytes(serde.encode_any(parts))
 
@@ -78,7 +78,6 @@ def unmet(stages: Sequence[Pass | Stage], available: Sequence[str]) -> tuple[int
 
 def providers(stage: str) -> list[str]:
     """The passes (by name) that provide a Module stage."""
-    from hdp.passes.registry import registry
 
     return [n for n, cls in registry().items() if stage in cls.provides and n != "boundary"]
 

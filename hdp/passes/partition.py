@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from hdp.errors import InputError
 from typing import Annotated
 
+import msgspec
+import numpy as np
 from msgspec import Meta
 
+from hdp.base.errors import InputError
+from hdp.base.validation import Bytes, Seed, TimeLimit
+from hdp.costgraph.graph import capacities as costgraph_capacities
+from hdp.costgraph.graph import is_costgraph, throughput_objective
 from hdp.ir.types import Array, Module, Partition
 from hdp.passes.base import Pass
-from hdp.placement.objective import EXECUTOR_COSTS, KINDS, Concurrent, Latency, Objective, Throughput
-from hdp.placers.options import HeteroAuto, Method, method_from
-from hdp.runtime.target import Target
+from hdp.placement.objective import EXECUTOR_COSTS, KINDS, Concurrent, Energy, Latency, Objective, Throughput
+from hdp.placement.problem import problem_of
+from hdp.placement.simulate import Simulator
+from hdp.placers import PlaceContext, place
+from hdp.placers.options import METHODS, HeteroAuto, Method, PlacerOptions, method_data
+from hdp.target.capacity import capacities, caps_record, device_memory, max_allocations, parse_overrides
+from hdp.target.hosts import problem_hosts
+from hdp.target.target import Target, energy_of
+
+#: Tokens of state (KV cache) the ``context`` option takes at most: 16 Mi (no model holds more).
+MAX_CONTEXT = 1 << 24
+#: The flat options of ``partition`` itself; every other option is its method's.
+OWN_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context", "execution", "handoff",
+               "dispatch", "streams", *EXECUTOR_COSTS)
+#: The flat options that make the objective (``dispatch`` and ``streams``: a serving plan's costs).
+GOAL_OPTIONS = ("objective", "execution", "requests", "handoff", "dispatch", "streams", *EXECUTOR_COSTS)
+#: The throughput objective's options that price a serving plan (hdp.placement.plan)
+PLAN_COSTS = ("dispatch", "streams")
 
 
 class PartitionPass(Pass, tag="partition"):
@@ -21,139 +39,76 @@ class PartitionPass(Pass, tag="partition"):
 
     target: Target
     placer: Method = HeteroAuto()
-    seed: int = 0
+    seed: Seed = 0
     #: pairs of op ids that must share a device beyond the graph's own rules (learned by
     #: ``hdp compile`` when a placement failed its check)
     extra_ties: tuple[tuple[int, int], ...] = ()
-    timeout: float = 120.0  # seconds per measured placement (hsdag:measure); not in the key
+    timeout: TimeLimit = 120.0  # seconds per measured placement (hsdag:measure); not in the key
     #: what the placement optimises (--objective, --requests)
     objective: Objective = Latency()
     #: (device, bytes) capacities overriding the target's (--memory DEV=SIZE)
-    memory: tuple[tuple[str, Annotated[int, Meta(ge=0)]], ...] = ()
+    memory: tuple[tuple[str, Bytes], ...] = ()
     #: tokens of state (KV cache) a stateful model holds (--context); 0: as specialised
-    context: Annotated[int, Meta(ge=0)] = 0
+    context: Annotated[int, Meta(ge=0, le=MAX_CONTEXT, description="tokens of state")] = 0
     requires = ("graph", "support")
     provides = ("partition",)
     key_exclude = ("timeout",)
-    version = 12  # replicated chains priced once per device; placements untangled for HETERO's state rule (hdp.placement.subgraphs); objectives and device memory; cost graphs under their own caps and rule; each device's memory model (overhead, weight copies); the executor's conversions; throughput: two-stage pipeline candidates; the served hand-off, each single device's latency recorded; auto serves its throughput candidates, simplest split first; optimal under throughput never above the best two-stage pipeline
+    version = 14
 
     def needs(self) -> tuple[str, ...]:
         """``graph`` and ``support``, and the stages the method needs on this target."""
         return type(self).requires + tuple(s for s in self.placer.stages(self.target) if s not in type(self).requires)
 
-    @staticmethod
-    def objective_from(name: str = "latency", requests=None, execution: str = "sequential",
-                       executor=None, handoff: float | None = None) -> Objective:
-        """The objective of ``--objective NAME [--requests N] [--execution E]``; InputError naming the
-        bad option. ``--execution concurrent`` is one request's latency run by hdp's concurrent
-        executor, with the executor's costs ``executor`` measured by ``hdp calibrate`` (when known);
-        ``handoff`` is the throughput objective's cost of a served subgraph (``hdp calibrate``'s)."""
-        if name not in KINDS:
-            raise InputError(f"--objective {name}: must be one of {', '.join(KINDS)}")
-        if execution not in ("sequential", "concurrent"):
-            raise InputError(f"--execution {execution}: must be sequential or concurrent")
-        if execution == "concurrent" or name == "concurrent":
-            if name not in ("latency", "concurrent"):
-                raise InputError(f"--execution concurrent optimises one request's latency run by hdp's executor; "
-                                 f"not with --objective {name}")
-            if requests is not None:
-                raise InputError(f"--requests {requests}: only with --objective throughput")
-            if executor is None:
-                return Concurrent()
-            return Concurrent(**{k: getattr(executor, k) for k in EXECUTOR_COSTS if hasattr(executor, k)})
-        if requests is not None:
-            try:
-                requests = int(requests)
-            except (TypeError, ValueError):
-                raise InputError(f"--requests {requests!r}: must be an integer") from None
-            if requests < 1:
-                raise InputError(f"--requests {requests}: must be at least 1")
-        if name == "throughput":
-            extra = {} if handoff is None else {"handoff": handoff}
-            return Throughput(**extra) if requests is None else Throughput(requests=requests, **extra)
-        if requests is not None:
-            raise InputError(f"--requests {requests}: only with --objective throughput")
-        return Latency()
-
     @classmethod
-    def goal_fields(cls, opts: dict) -> dict:
-        """``objective``, ``memory`` and ``context`` from the flat options ``objective``,
-        ``requests``, ``memory`` (``"GPU=16GiB,CPU=8GiB"``) and ``context`` (popped from ``opts``);
-        InputError naming the bad one."""
-        objective = opts.pop("objective", None)
-        requests = opts.pop("requests", None)
-        execution = str(opts.pop("execution", "sequential"))
-        # seconds, hdp calibrate's: the concurrent executor's own costs, and a served subgraph's hand-off
-        vals = {}
-        for k in (*EXECUTOR_COSTS, "handoff"):
-            if k not in opts:
-                continue
-            v = opts.pop(k)
-            try:
-                vals[k] = float(v)
-            except (TypeError, ValueError):
-                raise InputError(f"pass 'partition': {k} must be a number of seconds, not {v!r}") from None
-            if not 0 <= vals[k] <= 10:
-                raise InputError(f"pass 'partition': {k} must be between 0 and 10 seconds, not {v!r}")
-        handoff = vals.pop("handoff", None)
-        throughput = isinstance(objective, Throughput) or str(objective or "latency") == "throughput"
-        if handoff is not None and not throughput:
-            raise InputError("pass 'partition': handoff prices a served pipeline; only with objective throughput")
-        executor = None
-        if vals:
-            from types import SimpleNamespace
-
-            executor = SimpleNamespace(**vals)
-        if not isinstance(objective, (Latency, Throughput, Concurrent)):
-            objective = cls.objective_from(str(objective or "latency"), requests, execution, executor, handoff)
-        memory = opts.pop("memory", ())
-        if isinstance(memory, str):
-            from hdp.runtime.capacity import parse_overrides
-
-            memory = parse_overrides(a for a in memory.split(",") if a)
-        context = opts.pop("context", 0)
-        try:
-            context = int(context)
-        except (TypeError, ValueError):
-            raise InputError(f"--context {context!r}: must be an integer") from None
-        if context < 0:
-            raise InputError(f"--context {context}: must be 0 or more tokens")
-        return {"objective": objective, "memory": tuple(memory), "context": context}
-
-    @classmethod
-    def from_options(cls, options: dict) -> "PartitionPass":
-        """From flat options, as ``--set`` gives them: ``method`` (``name[:arg]``), ``seed``,
-        ``target`` and the method's own options."""
+    def fields_from(cls, options: dict) -> dict:
+        """The fields from flat options (``--set``, a pipeline text, compile's flags): ``method``
+        (``NAME[:ARG]``) and the method's options make ``placer``; ``objective``, ``execution``,
+        ``requests``, ``handoff`` and the executor's costs make ``objective`` (``requests`` alone
+        means throughput; a contradiction is an InputError); ``memory`` given as text
+        (``GPU=16GiB,CPU=8GiB``) becomes (device, bytes) pairs. The values are converted and
+        bounded by the fields' declarations afterwards, as every pass's."""
         opts = dict(options)
-        target = opts.pop("target", None)
-        if target is None:
-            raise InputError("pass 'partition' needs a target (--target or --devices)")
-        seed = opts.pop("seed", 0)
-        try:
-            seed = int(seed)
-        except (TypeError, ValueError):
-            raise InputError(f"pass 'partition': seed must be an integer, not {seed!r}") from None
-        extra = {k: opts.pop(k) for k in ("timeout",) if k in opts}
-        goal = cls.goal_fields(opts)
-        placer = method_from(str(opts.pop("method", "hetero-auto")), opts)
-        try:
-            return cls(target=target, placer=placer, seed=seed, **goal, **{k: float(v) for k, v in extra.items()})
-        except ValueError:
-            raise InputError(f"pass 'partition': timeout must be a number, not {extra['timeout']!r}") from None
+        out = {k: opts.pop(k) for k in ("target", "seed", "timeout", "context", "extra_ties") if k in opts}
+        goal = {k: opts.pop(k) for k in GOAL_OPTIONS if k in opts}
+        if goal:
+            out["objective"] = _objective_data(goal)
+        memory = opts.pop("memory", None)
+        if memory is not None:
+            out["memory"] = parse_overrides(a for a in memory.split(",") if a) if isinstance(memory, str) else memory
+        method = opts.pop("method", None)
+        if isinstance(method, PlacerOptions):
+            out["placer"] = msgspec.to_builtins(method) | opts
+        elif method is not None or opts:
+            out["placer"] = method_data(method or "hetero-auto", opts)
+        return out
+
+    @classmethod
+    def known_options(cls, options: dict) -> tuple[tuple[str, ...], str]:
+        name = _method_name(options)
+        if name not in METHODS:
+            return OWN_OPTIONS, "pass 'partition'"
+        return OWN_OPTIONS + tuple(METHODS[name].__struct_fields__), f"pass 'partition' with method '{name}'"
+
+    @classmethod
+    def option_message(cls, options: dict, path: str, what: str) -> tuple[str, str]:
+        """A method's option in the method's words (``optimal option 'margin' ...``), an objective's
+        under its flat name (``requests``)."""
+        head, _, rest = path.partition(".")
+        if head in ("placer", "objective") and rest:
+            option = rest.split(".")[0].split("[")[0]
+            who = _method_name(options) if head == "placer" else "pass 'partition'"
+            return option, f"{who} option '{rest}' {what}"
+        return head.split("[")[0], f"pass 'partition' option '{path}' {what}"
 
     def run(self, module: Module) -> Module:
-        from hdp.placement.problem import problem_of
-        from hdp.placers import PlaceContext, place
-
         devices = self.target.device_names
         if module.support.devices != devices:
             raise InputError(f"support was computed for devices {module.support.devices}, "
                              f"not for target {devices}")
-        from hdp.costgraph.graph import capacities as costgraph_capacities
-        from hdp.costgraph.graph import is_costgraph, throughput_objective
-        from hdp.runtime.capacity import capacities, device_memory
 
         cap, objective = capacities(self.target, self.memory), self.objective
+        if isinstance(objective, Energy) and not objective.active:
+            objective = energy_of(self.target)
         dm = None if is_costgraph(module) else device_memory(self.target)
         if is_costgraph(module):  # an abstract problem states its own caps and communication rule
             cap = np.minimum(cap, costgraph_capacities(module, devices))
@@ -161,22 +116,28 @@ class PartitionPass(Pass, tag="partition"):
                 objective = throughput_objective(module, devices)
         problem = problem_of(module, devices, self.extra_ties, objective=objective, capacity=cap,
                              context=self.context, device_memory=dm)
+        problem = problem.with_max_allocation(max_allocations(self.target), module.graph)  # one tensor per device
+        problem = problem.with_hosts(problem_hosts(self.target, devices))  # several hosts: links and host memory
         placed = place(self.placer, PlaceContext(module=module, problem=problem, target=self.target, seed=self.seed,
                                                   timeout=self.timeout))
         label = self.placer.label()
         goal = {"goal": self.objective.kind()}
         if self.memory:  # --memory overrides: written into the placed model, read back by show and evaluate
-            from hdp.runtime.capacity import caps_record
 
             goal["memory_caps"] = caps_record(self.memory)
+        if problem.multi_host:  # the assign pass prices the placement on the same hosts
+            goal["hosts_table"] = problem.hosts.to_text()
+        if self.context:  # the report prices the memory under the same state
+            goal["context"] = str(self.context)
         if isinstance(self.objective, Throughput):
             goal["requests"] = str(self.objective.requests)
             if self.objective.handoff:
                 goal["handoff"] = str(self.objective.handoff)
-            from hdp.placement.simulate import Simulator
 
             # each single device's simulated latency: hdp evaluate prices a plain compile beside it
             goal["singles"] = ",".join(f"{devices[j]}={t:.6g}" for j, t in Simulator(problem).singles().items())
+        if isinstance(objective, Energy):
+            goal["watts"] = ",".join(f"{d}={a:g}/{b:g}" for d, a, b in zip(devices, objective.active, objective.idle))
         if isinstance(self.objective, Concurrent):
             ob = self.objective
             goal.update(execution="concurrent", **{k: str(getattr(ob, k)) for k in EXECUTOR_COSTS})
@@ -188,3 +149,61 @@ class PartitionPass(Pass, tag="partition"):
                          group_device=Array.of(placed.group_device, np.int16), info=info,
                          extra_ties=Array.of(np.asarray(self.extra_ties, np.int32).reshape(-1, 2)) if self.extra_ties else None)
         return module.replace(partition=part)
+
+
+def _method_name(options: dict) -> str:
+    method = options.get("method")
+    return method.name() if isinstance(method, PlacerOptions) else str(method or "hetero-auto").partition(":")[0]
+
+
+def _objective_data(goal: dict) -> dict:
+    """The objective's builtins from the flat options ``objective``, ``execution``, ``requests``,
+    ``handoff`` and the executor's costs; InputError for a contradiction between them."""
+    goal = dict(goal)
+    given = goal.pop("objective", None)
+    base = msgspec.to_builtins(given) if isinstance(given, msgspec.Struct) else {}
+    kind = base.get("kind") if base else (None if given is None else str(given))
+    execution = goal.pop("execution", None)
+    if execution is not None and str(execution) not in ("sequential", "concurrent"):
+        raise InputError(f"--execution {execution}: must be sequential or concurrent")
+    if kind is not None and kind not in KINDS:
+        raise InputError(f"--objective {kind}: must be one of {', '.join(KINDS)}")
+    requests = goal.get("requests")
+    if str(execution) == "concurrent" or kind == "concurrent":
+        if kind not in (None, "latency", "concurrent"):
+            raise InputError(f"--execution concurrent optimises one request's latency run by hdp's executor; "
+                             f"not with --objective {kind}")
+        if requests is not None:
+            raise InputError(f"--requests {requests}: requests in flight are served by HETERO's pipeline; "
+                             f"not with --execution concurrent")
+        kind = "concurrent"
+    elif kind is None:
+        kind = "throughput" if requests is not None else "latency"  # the request count says what is meant
+    if requests is not None and kind != "throughput":
+        raise InputError(f"--requests {requests}: requests in flight are what --objective throughput serves; "
+                         f"not with --objective {kind}")
+    if "handoff" in goal and kind != "throughput":
+        raise InputError("pass 'partition': handoff prices a served pipeline; only with objective throughput")
+    plan_costs = [k for k in PLAN_COSTS if k in goal]
+    if plan_costs and kind != "throughput":
+        raise InputError(f"pass 'partition': {plan_costs[0]} prices a serving plan; only with objective throughput")
+    if isinstance(goal.get("streams"), str):  # "CPU=0.61,CPU_B=0.6": each device's stream efficiency
+        pairs = []
+        for item in (x for x in goal["streams"].split(",") if x):
+            name, eq, eff = item.partition("=")
+            if not eq or not name.strip():
+                raise InputError(f"pass 'partition': streams: expected DEVICE=EFFICIENCY, not {item!r}")
+            pairs.append([name.strip(), _number(eff, "streams")])
+        goal["streams"] = pairs
+    costs = [k for k in EXECUTOR_COSTS if k in goal]
+    if costs and kind != "concurrent":
+        raise InputError(f"pass 'partition': {costs[0]} is a cost of hdp's concurrent executor; only with "
+                         f"execution concurrent")
+    return base | goal | {"kind": kind}
+
+
+def _number(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"pass 'partition': {option}: {text!r} is not a number") from None

@@ -1,42 +1,40 @@
 """``profile``: per-op, per-device execution time (measured on real devices, modeled otherwise).
 
-See :mod:`hdp.runtime.profile` for how the real devices are run (one worker, interleaved rounds,
+See :mod:`hdp.runtime.costs.profile` for how the real devices are run (one worker, interleaved rounds,
 a time budget), how compiled nodes map back to ops, the roofline of modeled devices, and why per-op
-times are not scaled to the measured whole-model latency; :mod:`hdp.runtime.chunks` for how a
+times are not scaled to the measured whole-model latency; :mod:`hdp.runtime.measure.chunks` for how a
 model of more than ``whole_max`` ops is profiled in chunks.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from msgspec import Meta
-
+from hdp.base.validation import AtLeastOne, Count, Duration, TimeLimit
 from hdp.ir.types import Module
 from hdp.passes.base import Pass
-from hdp.runtime.chunks import CHUNK_OPS, WHOLE_MAX
-from hdp.runtime.target import Target
+from hdp.runtime.costs.profile import profile_costs
+from hdp.runtime.measure.chunks import CHUNK_OPS, WHOLE_MAX
+from hdp.target.target import Target
 
 
 class ProfilePass(Pass, tag="profile"):
     """Time every op on every device of the target (PERF_COUNT on real devices, roofline on modeled)."""
 
     target: Target
-    runs: int = 10  # at most this many timed runs per device
-    warmup: int = 1
-    seconds: float = 1.0  # ... and after min_runs, only as many as fit in this (timed runs of all devices)
-    min_runs: int = 3  # a per-op median needs three runs
+    runs: AtLeastOne = 10  # at most this many timed runs per device
+    warmup: Count = 1
+    seconds: Duration = 1.0  # ... and after min_runs, only as many as fit in this (timed runs of all devices)
+    min_runs: AtLeastOne = 3  # a per-op median needs three runs
     #: per-op medians, devices of one kind pooled, the profile's own correction and shrinkage of
-    #: per-op differences toward the device ratio (hdp.runtime.denoise); false: per-op means as timed
+    #: per-op differences toward the device ratio (hdp.runtime.costs.denoise); false: per-op means as timed
     denoise: bool = True
-    timeout: float = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
+    timeout: TimeLimit = 600.0  # seconds per device for compile + warm-up + runs (not part of the key)
     #: a model of more than ``whole_max`` ops is profiled in chunks of ``chunk`` ops, each distinct
-    #: chunk once (hdp.runtime.chunks; 0: whole, however large)
-    chunk: Annotated[int, Meta(ge=0)] = CHUNK_OPS
-    whole_max: Annotated[int, Meta(ge=0)] = WHOLE_MAX
+    #: chunk once (hdp.runtime.measure.chunks; 0: whole, however large)
+    chunk: Count = CHUNK_OPS
+    whole_max: Count = WHOLE_MAX
     requires = ("graph",)
     provides = ("costs",)
-    version = 3  # per-run samples: medians, pooled kinds, shrinkage and op_se
+    version = 4  # per-run samples: medians, pooled kinds, shrinkage and op_se; bytes per op on a shared DRAM
     host_dependent = True  # real devices answer: the cache key includes the host
     key_exclude = ("timeout",)
 
@@ -51,8 +49,6 @@ class ProfilePass(Pass, tag="profile"):
         return out
 
     def run(self, module: Module) -> Module:
-        from hdp.runtime.profile import profile_costs
-
         costs, _ = profile_costs(module, self.target, runs=self.runs, warmup=self.warmup, seconds=self.seconds,
                                  min_runs=self.min_runs, timeout=self.timeout, denoise=self.denoise,
                                  chunk=self.chunk, whole_max=self.whole_max)

@@ -1,11 +1,11 @@
 """``support``: which device of the target can run which op.
 
 Real devices answer OpenVINO's ``query_model`` on the source model's specialisation, asked in the
-measuring worker process (:mod:`hdp.runtime.worker`): a plugin may run out of memory on huge shapes
+measuring worker process (:mod:`hdp.runtime.measure.worker`): a plugin may run out of memory on huge shapes
 or crash, and that must cost an error message, not the compiler. Whole-model ``query_model`` is
 superlinear in the model (a 2,000-op chain took 22-80 s on the CPU plugin), so the worker asks
 once per distinct op signature, on small models cut out of the specialisation
-(:mod:`hdp.runtime.query`; the answer equals whole-model ``query_model``: ``tests/test_query.py``).
+(:mod:`hdp.runtime.measure.query`; the answer equals whole-model ``query_model``: ``tests/test_query.py``).
 Answers are memoised in ``query_cache`` (a directory, normally ``<cache>/support``; empty: not
 memoised) per (model digest, input shapes, device, its plugin and config, host, OpenVINO version),
 so a second ``support`` on the same model is cheap even for another target, and per (signature,
@@ -17,11 +17,20 @@ Results are supported everywhere (HETERO places them with their neighbours).
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
+from hdp.base.cache import Store
+from hdp.base.errors import InputError
+from hdp.ir import serde
+from hdp.ir.openvino_frontend import checked_source
 from hdp.ir.types import Array, Module, Support
 from hdp.passes.base import Pass
-from hdp.runtime.target import Target
+from hdp.runtime.measure import query
+from hdp.runtime.measure.cache import host_key
+from hdp.runtime.measure.measurement import MeasureError
+from hdp.runtime.measure.measurer import Measurer
+from hdp.target.target import Target
 
 ANYWHERE = frozenset({"Parameter", "Constant", "Result"})
 
@@ -65,19 +74,11 @@ def query_support(module: Module, target: Target, devices: list[str], timeout: f
     """Per device of ``devices`` (real devices of ``target``), a bool per op of ``module``: what
     OpenVINO's ``query_model`` says (asked per op signature in a worker process; Parameters,
     Constants and Results True), memoised in ``cache_dir``."""
-    import msgspec
 
-    from hdp.errors import InputError
-    from hdp.ir import serde
-    from hdp.runtime.measure import Measurer
-    from hdp.runtime.measure_cache import host_key
-    from hdp.runtime.measurement import MeasureError
 
     n = module.graph.n_ops
     store = None
     if cache_dir:
-        from hdp.cache import Store
-
         store = Store(cache_dir, ".json")
         store.open()
     out: dict[str, np.ndarray] = {}
@@ -86,8 +87,6 @@ def query_support(module: Module, target: Target, devices: list[str], timeout: f
         d = target.device(name)
         key = None
         if store is not None:
-            from hdp.ir.openvino_frontend import checked_source
-
             _, digest = checked_source(module)
             key = serde.digest_bytes(serde.encode_any(
                 [QUERY_VERSION, digest, module.meta.get("specialisation", ""), *_device_key(d)] + host_key()))
@@ -117,7 +116,6 @@ def _device_key(d) -> list:
 
 def _stored(store, key: str, n: int) -> np.ndarray | None:
     """A memoised answer (a bool per op), or None (missing, or not an answer of ``n`` ops: discarded)."""
-    import msgspec
 
     data = store.get(key)
     if data is None:
@@ -134,10 +132,6 @@ def _stored(store, key: str, n: int) -> np.ndarray | None:
 
 def _ask(measurer, module: Module, target: Target, devices: list[str], store) -> dict[str, np.ndarray]:
     """Each device's column: the signatures' memoised answers, the worker asked about the rest."""
-    from hdp.errors import InputError
-    from hdp.ir import serde
-    from hdp.runtime import query
-    from hdp.runtime.measure_cache import host_key
 
     n = module.graph.n_ops
     sig_of, digests = measurer.signatures()

@@ -11,17 +11,6 @@
 - :mod:`hdp.pipeline.calibrate`: the calibration experiment (``hdp calibrate``), which runs
   placers and measures what they place.
 
-The layer below the command line and above everything else; ``hdp.cli`` parses arguments and
+The layer below the command line and above everything else; ``hdp.cli.main`` parses arguments and
 prints, and calls in here.
 """
-
-from hdp.pipeline.compile import CompileResult, compile_model
-from hdp.pipeline.schedule import (STAGE_PASS, build_passes, compile_schedule, default_method, default_text,
-                                   make_pass, pipeline_specs, run_passes, runtime_options, takes_target)
-from hdp.pipeline.stages import FRONTEND_VERSION, Check, Lower, Raise, lower_cached, recompute_if_stale
-from hdp.pipeline.text import PassSpec, PipelineError, parse_pipeline, print_pipeline
-
-__all__ = ["FRONTEND_VERSION", "STAGE_PASS", "Check", "CompileResult", "Lower", "PassSpec", "PipelineError", "Raise",
-           "build_passes", "compile_model", "compile_schedule", "default_method", "default_text", "lower_cached",
-           "make_pass", "parse_pipeline", "pipeline_specs", "print_pipeline", "recompute_if_stale",
-           "run_passes", "runtime_options", "takes_target"]

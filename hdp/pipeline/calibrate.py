@@ -1,13 +1,13 @@
 """The calibration experiment: which placements to measure on a host, measured how.
 
-The boundary model, its fit and its store are :mod:`hdp.runtime.calibrate` (below the placers:
+The boundary model, its fit and its store are :mod:`hdp.runtime.costs.calibrate` (below the placers:
 the simulator and the ``boundary`` pass read them). Designing the experiment runs placers
 (``optimal`` at several boundary penalties, ``heft`` held out), so it sits above them, beside the
 compile pipeline: :func:`design` picks the placements, :func:`measure_design` measures each head to
 head with the reference (:func:`precision_plan`: until every ratio is known to a resolution), and
 :func:`calibrate_module` does both for one profiled module. ``hdp calibrate``
-(:mod:`hdp.cli_calibrate`) fits and stores the observations with
-:func:`hdp.runtime.calibrate.build`.
+(:mod:`hdp.cli.calibrate`) fits and stores the observations with
+:func:`hdp.runtime.costs.calibrate.build`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hdp.errors import InputError
-from hdp.runtime.calibrate import Observation, costs_digest, group_common, placement_features
-
+from hdp.base.errors import InputError
+from hdp.passes.boundary import BoundaryPass
+from hdp.placement.objective import Throughput
+from hdp.placement.problem import build_problem
+from hdp.placement.simulate import Simulator
+from hdp.placers import PlaceContext
+from hdp.placers.classical import heft, optimal
+from hdp.placers.options import Heft, Optimal
+from hdp.placers.pipelines import pipeline_candidates
+from hdp.runtime.costs.calibrate import (
+    Observation,
+    costs_digest,
+    group_common,
+    placement_features,
+)
+from hdp.runtime.costs.grid_fit import CONVERT_GRID, HANDOFF_GRID, ExecutorObservation, PipelineObservation
+from hdp.runtime.costs.stream_fit import StreamObservation, stream_efficiency
+from hdp.runtime.measure import stats
+from hdp.runtime.measure.measurement import placed
+from hdp.runtime.measure.measurer import Measurer
+from hdp.target.streams import thread_cap
 
 # --------------------------------------------------------------------------- the design
 
@@ -56,9 +74,6 @@ def reference_placement(problem) -> np.ndarray:
 def design(module, problem, *, seed: int = 0, heldout: int = 10, fit_random: int = 4,
            blocks: Sequence[int] = (2, 3, 5, 9, 17, 33), penalties: Sequence[float] = (0.0, 1e-3, 1e-2)) -> list[Design]:
     """Placements to measure (see the module docstring); the first is the reference."""
-    from hdp.placers import PlaceContext
-    from hdp.placers.classical import heft, optimal
-    from hdp.placers.options import Heft, Optimal
 
     rng = np.random.default_rng(seed)
     k, nd = problem.n_groups, problem.n_devices
@@ -140,11 +155,10 @@ def _load() -> float:
 
 def precision_plan(resolution: float = 0.04, max_seconds: float = 240.0, min_rounds: int = 20,
                    max_rounds: int = 5000):
-    """A :class:`~hdp.runtime.stats.SequentialPlan` that stops when every candidate's ratio to the
+    """A :class:`~hdp.runtime.measure.stats.SequentialPlan` that stops when every candidate's ratio to the
     first (the reference) is known to ±``resolution / 2`` (its 95 % interval), or at the caps. A
     calibration needs precise ratios, not verdicts: the default plan stops as soon as differences
     are clear, which leaves a 30 % difference known only to ±10 %."""
-    from hdp.runtime import stats
 
     class PrecisionPlan(stats.SequentialPlan, frozen=True):
         def status(self, times, elapsed):
@@ -171,7 +185,6 @@ def against_reference(measurer, problem, ref: Design, placements: Sequence[Desig
     interleaved comparison, run as ``execution`` says; yields ``(placement, its measurement, the
     comparison, (low, high) or (0, 0) when unresolved, the reference's measurement, the load
     average)``. Failures are reported through ``say`` and skipped."""
-    from hdp.runtime.measurement import placed
 
     tag = "executor " if execution == "concurrent" else ""
     for i in range(0, len(placements), batch):
@@ -240,9 +253,8 @@ def measure_executor(measurer, problem, sim, placements: Sequence[Design], execu
                      plan=None, batch: int = 3, say: Callable[[str], None] = lambda s: None) -> list:
     """Measure each placement run by the concurrent executor head to head with ``placements[0]``
     (the reference, under HETERO), ``batch`` per comparison; each observation carries the
-    simulator's ratio on :data:`hdp.runtime.calibrate.CONVERT_GRID` with ``executor``'s (probed)
+    simulator's ratio on :data:`hdp.runtime.costs.calibrate.CONVERT_GRID` with ``executor``'s (probed)
     launch, hand-over and request costs."""
-    from hdp.runtime.calibrate import CONVERT_GRID, ExecutorObservation
 
     plan = plan or precision_plan()
     ref = placements[0]
@@ -271,9 +283,6 @@ def calibrate_module(module, target, *, model: str, seed: int = 0, heldout: int 
                      say: Callable[[str], None] = lambda s: None) -> list[Observation]:
     """Measure the calibration design of one profiled module (it needs ``support`` and ``costs``;
     ``coarse`` is used for random placements when present)."""
-    from hdp.placement.problem import build_problem
-    from hdp.placement.simulate import Simulator
-    from hdp.runtime.measure import Measurer
 
     if module.costs is None:
         raise InputError(f"{model}: calibrating needs the profile (costs) of the model")
@@ -297,10 +306,6 @@ def calibrate_executor(module, calibration, target, executor, *, model: str, see
     (:func:`measure_executor`), simulated as ``hdp compile`` will simulate them: on the costs with
     ``calibration``'s boundary model applied (the ``boundary`` pass: profile scale, device scales,
     copy costs), with ``executor``'s probed costs."""
-    from hdp.passes.boundary import BoundaryPass
-    from hdp.placement.problem import build_problem
-    from hdp.placement.simulate import Simulator
-    from hdp.runtime.measure import Measurer
 
     digest = costs_digest(module.costs)  # the profile's own, as its HETERO observations have it
     calibrated = BoundaryPass(boundary=calibration.boundary, models=calibration.models,
@@ -325,12 +330,6 @@ def pipeline_design(module, problem, *, requests: int = PIPELINE_REQUESTS) -> li
     the throughput-optimal placement without a hand-off (HiGHS; it splits into more subgraphs) and
     contiguous blocks alternating devices in 3 and 5 parts of equal compute; held out, the other
     two-stage pipelines and 9 alternating blocks."""
-    from hdp.placement.objective import Throughput
-    from hdp.placement.simulate import Simulator
-    from hdp.placers import PlaceContext
-    from hdp.placers.pipelines import pipeline_candidates
-    from hdp.placers.classical import optimal
-    from hdp.placers.options import Optimal
 
     p = problem.with_objective(Throughput(requests=requests))
     sim = Simulator(p)
@@ -362,12 +361,9 @@ def measure_pipeline(measurer, problem, placements: Sequence[Design], *, model: 
                      requests: int = PIPELINE_REQUESTS, batches: int = 12,
                      say: Callable[[str], None] = lambda s: None) -> list:
     """Serve each placement with ``requests`` in flight beside the plain compile of the target's
-    first device, windows alternating (:meth:`hdp.runtime.measure.Measurer.serve_beside`); each
-    observation carries the simulator's period ratio on :data:`hdp.runtime.calibrate.HANDOFF_GRID`.
+    first device, windows alternating (:meth:`hdp.runtime.measure.measurer.Measurer.serve_beside`); each
+    observation carries the simulator's period ratio on :data:`hdp.runtime.costs.calibrate.HANDOFF_GRID`.
     Failures are reported through ``say`` and skipped."""
-    from hdp.placement.objective import Throughput
-    from hdp.placement.simulate import Simulator
-    from hdp.runtime.calibrate import HANDOFF_GRID, PipelineObservation
 
     p0 = problem.with_objective(Throughput(requests=requests))
     sims = [Simulator(problem.with_objective(Throughput(requests=requests, handoff=h))) for h in HANDOFF_GRID]
@@ -403,9 +399,6 @@ def calibrate_pipeline(module, calibration, target, *, model: str, timeout: floa
     """Serve placements of one profiled module (:func:`pipeline_design`, :func:`measure_pipeline`),
     simulated as ``hdp compile --objective throughput`` will: on the costs with ``calibration``'s
     boundary model applied."""
-    from hdp.passes.boundary import BoundaryPass
-    from hdp.placement.problem import build_problem
-    from hdp.runtime.measure import Measurer
 
     digest = costs_digest(module.costs)
     calibrated = BoundaryPass(boundary=calibration.boundary, models=calibration.models,
@@ -414,3 +407,37 @@ def calibrate_pipeline(module, calibration, target, *, model: str, timeout: floa
     pls = pipeline_design(calibrated, problem)
     with Measurer(module, target, timeout=timeout, cache=False) as m:
         return measure_pipeline(m, problem, pls, model=model, costs=digest, say=say)
+
+
+#: Windows each side when a device's plain compile is served with one and with two streams.
+STREAM_WINDOWS = 8
+
+
+def calibrate_streams(module, target, *, model: str, requests: int = 2, timeout: float = 600.0,
+                      say: Callable[[str], None] = lambda s: None) -> list[StreamObservation]:
+    """Each real device's plain compile (as the target configures it) served with one stream and
+    with two (``NUM_STREAMS``), ``requests`` in flight, the two served in turn in one worker
+    (:data:`STREAM_WINDOWS` rounds of one window each): its stream efficiency for serving plans
+    (:func:`hdp.runtime.costs.calibrate.stream_efficiency`). A CPU device the target caps at one
+    thread runs one stream whatever it is asked (its efficiency is 0.5 by definition): not served."""
+    out = []
+    with Measurer(module, target, timeout=timeout, cache=False) as m:
+        for d in target.devices:
+            if d.kind != "real" or thread_cap(d) == 1:
+                continue
+            one, two = [], []
+            for _ in range(STREAM_WINDOWS):
+                for streams, rates in ((1, one), (2, two)):
+                    got = m.serve(unplaced_on=d.name, unplaced_config={**dict(d.config), "NUM_STREAMS": str(streams)},
+                                  requests=requests, batches=1)
+                    if not got.ok:
+                        say(f"{model}: streams on {d.name}: {got.error}")
+                        break
+                    rates.extend(got.rates)
+            if len(one) < 2 or len(two) < 2:
+                continue
+            e = stream_efficiency(one, two)
+            say(f"{model}: {d.name} one stream {np.median(one):.1f}/s, two {np.median(two):.1f}/s: efficiency {e:.3f}")
+            out.append(StreamObservation(model=model, device=d.name, requests=requests, one=tuple(one), two=tuple(two),
+                                         efficiency=e))
+    return out

@@ -1,13 +1,15 @@
 """From a pipeline text to pass values, and the default pipeline of ``hdp compile``.
 
-:func:`build_passes` converts each :class:`~hdp.pipeline.text.PassSpec` to its pass: options are
-converted to the pass's typed fields (:func:`hdp.validation.convert`; the partition pass's method
-and its options by :func:`hdp.placers.options.method_from`), ``target`` comes from the command's
-target, and a mistake is a :class:`~hdp.pipeline.text.PipelineError` at the column of the option
-(or pass) that holds it. Before anything runs, every pass's needs (:meth:`Pass.needs`, a method's
+:func:`build_passes` converts each :class:`~hdp.pipeline.text.PassSpec` to its pass, every pass
+the same way: its flat options reshaped into its fields (:meth:`Pass.fields_from`: the partition
+pass's method and objective options become its ``placer`` and ``objective``), converted and bounded
+by the fields' declarations (:func:`hdp.base.validation.convert`), ``target`` from the command's
+target; a mistake is a :class:`~hdp.pipeline.text.PipelineError` at the column of the option (or
+pass) that holds it. Option values are text from a pipeline text, or typed values from a
+command's flags (parsed once, where the flag was read). Before anything runs, every pass's needs (:meth:`Pass.needs`, a method's
 stages included) must be met by an earlier pass.
 
-The default pipeline is text too (:func:`pipeline_specs`): ``support``, then ``profile``,
+The default pipeline is text too (:func:`plan`): ``support``, then ``profile``,
 ``features`` and ``coarsen`` as the method needs them on the target (costs always on a modeled
 target, where the simulated latency is the result, and for ``--refine``), then ``partition`` and
 ``assign``. The command's flags fill options (:func:`fill`): ``--method``, ``--seed`` and the
@@ -19,28 +21,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import convert
 from hdp.passes.base import Pass
+from hdp.passes.manager import PassManager, unmet, unmet_message
 from hdp.passes.registry import PASSES, pass_class, registry
-from hdp.placement.objective import EXECUTOR_COSTS
-from hdp.pipeline.text import PassSpec, PipelineError, parse_pipeline, print_pipeline
-from hdp.runtime.target import Target
+from hdp.pipeline.text import PassSpec, PipelineError, as_text, parse_pipeline, print_pipeline
+from hdp.target.target import Target
 
 __all__ = ["STAGE_PASS", "build_passes", "compile_schedule", "default_method", "default_text", "fill",
-           "make_pass", "pipeline_specs", "runtime_options", "takes_target", "as_text"]
+           "make_pass", "pipeline_specs", "plan", "runtime_options", "takes_target"]
 
 #: The pass that provides each stage a method may need, in the order the default pipeline runs them.
 STAGE_PASS = {"costs": "profile", "features": "features", "coarse": "coarsen"}
-
-#: Options of ``partition`` itself (beside its method's); ``target`` and ``extra_ties`` are set by hdp.
-PARTITION_OPTIONS = ("method", "seed", "timeout", "objective", "requests", "memory", "context", "execution",
-                     "handoff", *EXECUTOR_COSTS)
-#: The partition options that say what the placement optimises and under which memory.
-GOAL_OPTIONS = ("objective", "requests", "memory", "context", "execution", "handoff", *EXECUTOR_COSTS)
-
 
 def takes_target(cls: type[Pass]) -> bool:
     """Whether a pass has a ``target: Target`` field (filled from --target / --devices)."""
@@ -48,18 +45,12 @@ def takes_target(cls: type[Pass]) -> bool:
 
 
 def make_pass(name: str, options: dict) -> Pass:
-    """Build a pass value from its name and options (strings are converted to the field types;
-    a pass with a ``from_options`` classmethod, such as ``partition``, builds itself)."""
+    """Build a pass value from its name and flat options (``hdp pass NAME --set ...``): the path
+    of :func:`build_pass`, errors without a column."""
     reg = registry()
     if name not in reg:
         raise InputError(f"unknown pass '{name}' (known: {', '.join(sorted(reg))})")
-    cls = reg[name]
-    if hasattr(cls, "from_options"):
-        return cls.from_options(options)
-    try:
-        return msgspec.convert(options, cls, strict=False)
-    except msgspec.ValidationError as e:
-        raise InputError(f"pass '{name}': invalid option: {e}") from None
+    return _build(reg[name], {k.replace("-", "_"): v for k, v in options.items()})
 
 
 def default_method(target: Target) -> str:
@@ -69,21 +60,11 @@ def default_method(target: Target) -> str:
     return "auto"
 
 
-def as_text(value) -> str:
-    """An option value as the pipeline text holds it (``true``, ``none``, ``NPU,CPU``, ``0.5``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "none"
-    if isinstance(value, (tuple, list)):
-        return ",".join(as_text(v) for v in value)
-    return str(value)
-
-
 # --------------------------------------------------------------------------- filling from flags
 
 
-def _same(a: str, b: str) -> bool:
+def _same(a, b) -> bool:
+    a, b = as_text(a), as_text(b)
     if a == b:
         return True
     try:
@@ -92,7 +73,7 @@ def _same(a: str, b: str) -> bool:
         return a.lower() in ("true", "false") and a.lower() == b.lower()
 
 
-def fill(specs: list[PassSpec], fills: Sequence[tuple[str, str, str, str | None]]) -> list[PassSpec]:
+def fill(specs: list[PassSpec], fills: Sequence[tuple[str, str, object, str | None]]) -> list[PassSpec]:
     """``specs`` with options filled from flags: ``fills`` holds (pass, key, value, flag); a
     flag of None is a default (it fills what is missing and yields to the text). A flag whose
     pass is not in the pipeline, or whose value disagrees with the text's, is a PipelineError."""
@@ -109,44 +90,56 @@ def fill(specs: list[PassSpec], fills: Sequence[tuple[str, str, str, str | None]
             specs[at] = spec.with_option(key, value, flag or "default")
         elif flag is not None and not _same(have, value):
             other = spec.origin(key)
-            raise PipelineError(f"option '{key}' of pass '{name}' is {have!r} {'from ' + other if other else 'here'} "
-                                f"and {value!r} from {flag}: give one", spec.column(key, value=True))
+            raise PipelineError(f"option '{key}' of pass '{name}' is {as_text(have)!r} "
+                                f"{'from ' + other if other else 'here'} and {as_text(value)!r} from {flag}: give one",
+                                spec.column(key, value=True))
     return specs
 
 
 def flag_fills(target: Target, method: str | None = None, seed: int | None = None, options: dict | None = None,
-               refine: bool = False, labels: dict[str, str] | None = None) -> list[tuple[str, str, str, str | None]]:
+               refine: bool = False, labels: dict[str, str] | None = None) -> list[tuple[str, str, object, str | None]]:
     """What the command's flags put into the pipeline (see :func:`fill`). ``labels`` names the
     flag of an option (``{"budget": "--budget"}``; default ``--set KEY``)."""
     labels = labels or {}
-    out: list[tuple[str, str, str, str | None]] = [("partition", "method", method, "--method")] if method else []
+    out: list[tuple[str, str, object, str | None]] = [("partition", "method", method, "--method")] if method else []
     if seed is not None:
-        out.append(("partition", "seed", str(int(seed)), "--seed"))
-    for k, v in (options or {}).items():
-        out.append(("partition", k, as_text(v), labels.get(k, f"--set {k}")))
+        out.append(("partition", "seed", seed, "--seed"))
+    for k, v in (options or {}).items():  # typed values stay typed: parsed once, where the flag was
+        out.append(("partition", k, v, labels.get(k, f"--set {k}")))
     if refine:
         out.append(("assign", "refine", "true", "--refine"))
     out.append(("partition", "method", default_method(target), None))  # what no flag and no text gave
     return out
 
 
+def plan(target: Target, passes: str | None = None, method: str | None = None, seed: int | None = None,
+         options: dict | None = None, refine: bool = False,
+         labels: dict[str, str] | None = None) -> tuple[list[PassSpec], list[Pass]]:
+    """The pipeline ``hdp compile`` runs, as specs and as checked pass values: ``passes`` (a
+    text) or the default for the method on the target, with the flags filled in (see the module
+    docstring). Each pass is built once: the default pipeline's stages are the built partition
+    pass's needs (so ``--method`` is parsed once)."""
+    fills = flag_fills(target, method, seed, options, refine, labels)
+    if passes is not None:
+        specs = fill(parse_pipeline(passes), fills)
+        return specs, build_passes(specs, target)
+    tail = fill([PassSpec("partition"), PassSpec("assign")], fills)
+    partition = build_pass(tail[0], target)
+    # on a target with modeled devices the simulated latency is the result every method reports
+    # (beside the best single device and the lower bound): costs are needed, and cheap to model
+    needs = set(partition.needs()) | ({"costs"} if refine or not target.is_real else set())
+    specs = [PassSpec("support"), *(PassSpec(p) for s, p in STAGE_PASS.items() if s in needs), *tail]
+    built = [build_pass(sp, target) for sp in specs[:-2]] + [partition, build_pass(tail[1], target)]
+    return specs, _checked(built, specs)
+
+
 def pipeline_specs(target: Target, passes: str | None = None, method: str | None = None, seed: int | None = None,
                    options: dict | None = None, refine: bool = False,
                    labels: dict[str, str] | None = None) -> list[PassSpec]:
-    """The pipeline ``hdp compile`` runs: ``passes`` (a text) or the default for the method on
-    the target, with the flags filled in (see the module docstring)."""
-    fills = flag_fills(target, method, seed, options, refine, labels)
+    """The specs of :func:`plan` (a given text only filled, not built)."""
     if passes is not None:
-        return fill(parse_pipeline(passes), fills)
-    from hdp.placers.options import method_from
-
-    placer = method_from(method or default_method(target),
-                         {k: v for k, v in (options or {}).items() if k not in PARTITION_OPTIONS})
-    # on a target with modeled devices the simulated latency is the result every method reports
-    # (beside the best single device and the lower bound): costs are needed, and cheap to model
-    needs = set(placer.stages(target)) | ({"costs"} if refine or not target.is_real else set())
-    names = ["support", *(p for s, p in STAGE_PASS.items() if s in needs), "partition", "assign"]
-    return fill([PassSpec(n) for n in names], fills)
+        return fill(parse_pipeline(passes), flag_fills(target, method, seed, options, refine, labels))
+    return plan(target, passes, method, seed, options, refine, labels)[0]
 
 
 def default_text(target: Target, method: str | None = None, options: dict | None = None,
@@ -161,7 +154,7 @@ def compile_schedule(target: Target, method: str, seed: int = 0, extra: dict | N
     built from its text). The profile always comes right after ``support`` (before features or
     coarsening), so every method that needs costs profiles the same input: one profile per model
     and target."""
-    return build_passes(pipeline_specs(target, None, method, seed or None, extra, refine), target)
+    return plan(target, None, method, seed or None, extra, refine)[1]
 
 
 # --------------------------------------------------------------------------- building
@@ -189,50 +182,29 @@ def _unknown(spec: PassSpec, known: Sequence[str], what: str) -> None:
                                 spec.column(k))
 
 
-def _build_partition(spec: PassSpec, target: Target) -> Pass:
-    from hdp.placers.options import METHODS, method_from
-    from hdp.validation import convert
+def _build(cls: type[Pass], options: dict, path: list[str] | None = None) -> Pass:
+    """A pass of class ``cls`` from flat options: reshaped into its fields (``cls.fields_from``),
+    converted and bounded by their declarations, then checked (a pass's ``check``, if any). A bad
+    value is an InputError worded by ``cls.option_message``; the option it names is appended to
+    ``path``."""
+    path = [] if path is None else path
 
-    cls = pass_class("partition")
-    opts = {k.replace("-", "_"): v for k, v in spec.options}
-    method = opts.pop("method", "hetero-auto")
-    name = method.partition(":")[0]
-    if name not in METHODS:
-        raise PipelineError(f"unknown method '{method}' (known: {', '.join(sorted(METHODS))})",
-                            spec.column("method", value=True))
-    known = PARTITION_OPTIONS + tuple(f.name for f in msgspec.structs.fields(METHODS[name]))
-    _unknown(spec, known, f"pass 'partition' with method '{name}'")
-    own = {k: opts.pop(k) for k in PARTITION_OPTIONS[1:] if k in opts}
-    path: list[str] = []
+    def message(at: str, what: str) -> str:
+        option, line = cls.option_message(options, at, what)
+        path.append(option)
+        return line
 
-    def message(at: str, what: str, _cls=METHODS[name]) -> str:
-        path.append(at)
-        return _cls._message(at, what)
-
-    def own_message(at: str, what: str) -> str:
-        path.append(at)
-        return f"pass 'partition' option '{at}' {what}"
-
-    goal_opts = {k: own.pop(k) for k in GOAL_OPTIONS if k in own}
-    try:
-        goal = cls.goal_fields(goal_opts)
-    except InputError as e:
-        raise _located(e, spec, [], next(iter(k for k in GOAL_OPTIONS if spec.get(k) is not None), None)) from None
-    try:
-        placer = method_from(method, opts, message=message)
-        fields = convert(own | {"target": target}, cls, own_message, strict=False) if own else None
-    except InputError as e:  # a bad NAME:ARG argument is at the method's column
-        raise _located(e, spec, path, "method") from None
-    extra = {k: getattr(fields, k) for k in own} if fields is not None else {}
-    return cls(target=target, placer=placer, **goal, **extra)
+    p = convert(cls.fields_from(options), cls, message, strict=False)
+    if callable(getattr(p, "check", None)):  # a pass that checks its options itself (coarsen)
+        p.check()
+    return p
 
 
 def build_pass(spec: PassSpec, target: Target) -> Pass:
-    """The pass value of one spec (see the module docstring)."""
+    """The pass value of one spec (see the module docstring); a mistake is a PipelineError at the
+    column of the option that holds it."""
     if spec.name not in PASSES:
         raise PipelineError(f"unknown pass '{spec.name}' (known: {', '.join(sorted(PASSES))})", spec.column())
-    if spec.name == "partition":
-        return _build_partition(spec, target)
     cls = pass_class(spec.name)
     options = {k.replace("-", "_"): v for k, v in spec.options}
     if hasattr(cls, "from_options"):  # a pass that builds itself from flat options (boundary)
@@ -240,42 +212,31 @@ def build_pass(spec: PassSpec, target: Target) -> Pass:
             return cls.from_options(options | ({"target": target} if takes_target(cls) else {}))
         except InputError as e:
             raise _located(e, spec, []) from None
-    known = [f.name for f in msgspec.structs.fields(cls) if f.name != "target"]
-    _unknown(spec, known, f"pass '{spec.name}'")
-    from hdp.validation import convert
-
+    _unknown(spec, *cls.known_options(options))
     path: list[str] = []
-
-    def message(at: str, what: str) -> str:
-        path.append(at)
-        return f"pass '{spec.name}' option '{at}' {what}"
-
-    data = options | ({"target": target} if takes_target(cls) else {})
     try:
-        p = convert(data, cls, message, strict=False)
-        if callable(getattr(p, "check", None)):  # a pass that checks its options itself (coarsen)
-            p.check()
+        return _build(cls, options | ({"target": target} if takes_target(cls) else {}), path)
     except InputError as e:
-        raise _located(e, spec, path) from None
-    return p
+        # a value the option names only through another (a method's NAME:ARG) is at the first option
+        raise _located(e, spec, path, next((k for k, _ in spec.options), None)) from None
 
 
-def build_passes(specs: Sequence[PassSpec], target: Target, available: Sequence[str] = ("graph",)) -> list[Pass]:
-    """The pass values of a pipeline, checked: every pass's needs are met by ``available`` (what
-    lowering gives) or an earlier pass, else a PipelineError at the pass that needs more."""
-    from hdp.passes.manager import unmet, unmet_message
-
-    passes = [build_pass(s, target) for s in specs]
+def _checked(passes: list[Pass], specs: Sequence[PassSpec], available: Sequence[str] = ("graph",)) -> list[Pass]:
     found = unmet(passes, available)
     if found is not None:
         raise PipelineError(unmet_message(passes, available, *found), specs[found[0]].column())
     return passes
 
 
+def build_passes(specs: Sequence[PassSpec], target: Target, available: Sequence[str] = ("graph",)) -> list[Pass]:
+    """The pass values of a pipeline, checked: every pass's needs are met by ``available`` (what
+    lowering gives) or an earlier pass, else a PipelineError at the pass that needs more."""
+    return _checked([build_pass(s, target) for s in specs], specs, available)
+
+
 def runtime_options(passes: list, timeout: float | None, cache) -> list:
     """Passes with their runtime-only fields set (never part of a cache key): ``timeout`` from
     ``--timeout``, ``query_cache`` (support answers) inside the pass cache directory."""
-    from pathlib import Path
 
     out = []
     for p in passes:
@@ -293,7 +254,6 @@ def run_passes(module, passes: list, *, cache=None, timeout: float | None = None
     """Run ``passes`` over ``module`` with one manager (``cache``: a
     :class:`~hdp.passes.cache.PassCache` or None), their runtime options set first
     (:func:`runtime_options`): what ``hdp pass``, ``hdp profile`` and ``hdp calibrate`` run."""
-    from hdp.passes.manager import PassManager
 
     return PassManager(runtime_options(list(passes), timeout, cache), cache=cache,
                        instruments=list(instruments)).run(module)

@@ -11,8 +11,9 @@ Grammar (whitespace around the punctuation is ignored)::
     BARE     := one or more characters other than whitespace and , { } = "
 
 A value holding a comma, a brace, '=', a quote, whitespace, or nothing is quoted:
-``partition{method="hetero-auto:NPU,CPU"}``. Values stay strings here; the pipeline converts them
-to the pass's typed fields (:mod:`hdp.pipeline.schedule`). :func:`parse_pipeline` and
+``partition{method="hetero-auto:NPU,CPU"}``. Values stay strings here (a command's flags add
+typed values, printed by :func:`as_text`); the pipeline converts them to the pass's typed fields
+(:mod:`hdp.pipeline.schedule`). :func:`parse_pipeline` and
 :func:`print_pipeline` round-trip: ``parse_pipeline(print_pipeline(specs)) == specs``, and printing
 a parsed text gives it back in canonical form (no spaces, ``{}`` dropped, quotes only where
 needed). A syntax error is a :class:`PipelineError` naming the 1-based column (after xDSL's
@@ -24,9 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 
-__all__ = ["PassSpec", "PipelineError", "format_value", "parse_pipeline", "print_pipeline"]
+__all__ = ["PassSpec", "PipelineError", "as_text", "format_value", "parse_pipeline", "print_pipeline"]
 
 
 class PipelineError(InputError):
@@ -45,15 +46,15 @@ class PassSpec:
     from — (key column, value column) in the text, or the label of the flag that filled it."""
 
     name: str
-    options: tuple[tuple[str, str], ...] = ()
+    options: tuple[tuple[str, object], ...] = ()  # text, or a flag's typed value
     where: tuple = field(default=(), compare=False, repr=False)
 
     def __str__(self) -> str:
         if not self.options:
             return self.name
-        return self.name + "{" + ",".join(f"{k}={format_value(v)}" for k, v in self.options) + "}"
+        return self.name + "{" + ",".join(f"{k}={format_value(as_text(v))}" for k, v in self.options) + "}"
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: str) -> object | None:
         """The value of option ``key`` ('-' and '_' alike), or None."""
         key = key.replace("-", "_")
         return next((v for k, v in self.options if k.replace("-", "_") == key), None)
@@ -77,7 +78,7 @@ class PassSpec:
                 return w if isinstance(w, str) else None
         return None
 
-    def with_option(self, key: str, value: str, origin: str) -> "PassSpec":
+    def with_option(self, key: str, value: object, origin: str) -> "PassSpec":
         """This spec with one more option, filled by flag ``origin``."""
         where = self.where or (None,) + (None,) * len(self.options)
         return PassSpec(self.name, self.options + ((key, value),), where + (origin,))
@@ -88,6 +89,19 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _BARE = re.compile(r'[^\s,{}="]+')
 _NEEDS_QUOTES = re.compile(r'[\s,{}="\\]')
 _SPACE = re.compile(r"\s*")
+
+
+def as_text(value) -> str:
+    """An option value as the pipeline text holds it (``true``, ``none``, ``NPU,CPU``, ``0.5``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (tuple, list)):
+        if value and all(isinstance(v, (tuple, list)) and len(v) == 2 for v in value):  # (key, value) pairs
+            return ",".join(f"{as_text(k)}={as_text(v)}" for k, v in value)
+        return ",".join(as_text(v) for v in value)
+    return str(value)
 
 
 def format_value(v: str) -> str:

@@ -16,8 +16,15 @@
 - :mod:`hdp.placement.repair` — a placement that failed its check: the boundary that breaks, tied.
 - :mod:`hdp.placement.maxload` — throughput as the largest per-device load under memory caps (cost
   graphs, ``hdp place``): its pricing and exact MILP; :mod:`hdp.placement.maxload_search` — its
-  heuristics and :func:`~hdp.placement.maxload_search.optimize`; :mod:`hdp.placement.ideals` — the
+  heuristics and :func:`~hdp.placement.maxload_search.optimize` (the orders it cuts into pipelines in
+  :mod:`hdp.placement.group_orders`); :mod:`hdp.placement.ideals` — the
   exact optimum over contiguous splits; Numba kernels in :mod:`hdp.placement._maxload_kernels`.
+
+- :mod:`hdp.placement.plan` — serving plans (stages × replicas × streams) and their price;
+  :mod:`hdp.placement.plan_search` — the contiguous plans' exact walk (kernels in
+  :mod:`hdp.placement._plan_kernels`) and the whole model replicated; :mod:`hdp.placement.plan_milp`
+  — the same space as a MILP, and a work bound; :mod:`hdp.placement.planner` — all of them for the
+  throughput objective.
 
 The layer just above the IR: it imports :mod:`hdp.ir` and the base utilities, nothing else of hdp.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdp.jit import njit
+from hdp.base.jit import njit
 
 
 @njit(cache=True)
@@ -53,30 +53,37 @@ def ml_device_loads(dev, time, t_prod, t_ptr, t_cons, t_cost, paid, out):
 
 
 @njit(cache=True)
-def ml_segment_loads(order, time_c, paid_c, gbytes, cap_c, allowed_c, t_prod, t_ptr, t_cons, t_cost, g_ptr, g_tens,
-                  out):
-    """``out[a, b]``: the load of a device of one class holding the groups ``order[a:b]`` (inf when
-    one is not allowed there or they exceed its cap); ``time_c`` that class's time column."""
+def ml_segment_loads(order, cuts, time_c, paid_c, gbytes, cap_c, allowed_c, t_prod, t_ptr, t_cons, t_cost, g_ptr,
+                     g_tens, out):
+    """``out[i, j]``: the load of a device of one class holding the groups ``order[cuts[i]:cuts[j]]``
+    (inf when one is not allowed there or they exceed its cap); ``time_c`` that class's time column,
+    ``cuts`` increasing positions in ``order`` (every position: every block). A walk from a cut
+    stops once the block is over the cap or not allowed: longer blocks are inf too. Time is
+    O(len(cuts) x the groups walked), memory O(len(cuts)²)."""
     n = order.shape[0]
+    m = cuts.shape[0]
     nt = t_prod.shape[0]
     inside = np.zeros(time_c.shape[0], np.bool_)
     cnt = np.zeros(nt, np.int64)
     contrib = np.zeros(nt)
-    for a in range(n):
+    for i in range(m):
         comm = 0.0
         comp = 0.0
         mem = 0.0
-        bad = False
-        for b in range(a + 1, n + 1):
-            g = order[b - 1]
+        a = cuts[i]
+        j = i + 1
+        b = a
+        while b < n and j < m:
+            g = order[b]
+            b += 1
             inside[g] = True
             comp += time_c[g]
             mem += gbytes[g]
             if not allowed_c[g] or mem > cap_c:
-                bad = True
+                break
             if paid_c:
-                for i in range(g_ptr[g], g_ptr[g + 1]):
-                    t = g_tens[i]
+                for q in range(g_ptr[g], g_ptr[g + 1]):
+                    t = g_tens[q]
                     if t_prod[t] != g:
                         cnt[t] += 1
                     comm -= contrib[t]
@@ -86,12 +93,16 @@ def ml_segment_loads(order, time_c, paid_c, gbytes, cap_c, allowed_c, t_prod, t_
                     else:
                         contrib[t] = t_cost[t] if cnt[t] > 0 else 0.0
                     comm += contrib[t]
-            out[a, b] = np.inf if bad else comp + comm
-        for b in range(a, n):
-            g = order[b]
+            if b == cuts[j]:
+                out[i, j] = comp + comm
+                j += 1
+        for jj in range(j, m):
+            out[i, jj] = np.inf
+        for q in range(a, b):
+            g = order[q]
             inside[g] = False
-            for i in range(g_ptr[g], g_ptr[g + 1]):
-                t = g_tens[i]
+            for r in range(g_ptr[g], g_ptr[g + 1]):
+                t = g_tens[r]
                 cnt[t] = 0
                 contrib[t] = 0.0
 

@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hdp.ir.build import topological_order
+from hdp.placement import _maxload_kernels as K
+
 #: Ideals enumerated at most (each is a bitset row; beyond this the DP gives up).
 MAX_IDEALS = 200_000
 #: Ideal pairs the DP visits at most before it stops with what it has.
@@ -98,8 +101,6 @@ def pipeline_dag(problem, ml) -> PipelineDag:
 
 
 def _topological(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    from hdp.ir.build import topological_order
-
     return np.asarray(topological_order(n, src, dst), np.int64)
 
 
@@ -181,7 +182,6 @@ def contiguous_optimum(problem, ml, arrays, classes, bound=np.inf, max_ideals: i
     when the DAG has more than ``max_ideals`` ideals (no split then) or the walk stopped after
     ``max_visits`` ideal pairs (the best split found so far, if any).
     :func:`hdp.placement.maxload_search.contiguous_split` gives it those arguments."""
-    from hdp.placement import _maxload_kernels as K
 
     t0 = _time.perf_counter()
     dag = dag or pipeline_dag(problem, ml)

@@ -13,11 +13,16 @@
 
 from __future__ import annotations
 
+import itertools
 import time as _time
+from types import SimpleNamespace
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.placement import _maxload_kernels as K
+from hdp.placement.group_orders import group_orders, light_groups
+from hdp.placement.ideals import contiguous_optimum, pipeline_dag
 from hdp.placement.maxload import MaxLoad, Solved, balance_bound, device_classes, feasible, max_load, solve
 
 
@@ -45,8 +50,6 @@ class _Arrays:
         np.cumsum(np.bincount(g, minlength=problem.n_groups), out=self.g_ptr[1:])
 
     def local_search(self, gd, sweeps: int = 1000) -> tuple[np.ndarray, float]:
-        from hdp.placement import _maxload_kernels as K
-
         dev = np.array(gd, np.int64)
         v = K.ml_local_search(dev, self.time, self.gbytes, self.cap, self.paid, self.t_prod, self.t_ptr, self.t_cons,
                            self.t_cost, self.g_ptr, self.g_tens, sweeps)
@@ -63,112 +66,6 @@ class _Arrays:
             return None
         return self.local_search(cur)
 
-
-
-def group_orders(problem) -> dict[str, np.ndarray]:
-    """Orders of the groups to cut into pipelines: by their first member op (a topological order of
-    the ops), by their last (a training graph's backward order: the ops tied to a forward op run
-    late, so blocks of it follow the backward pass, orphan backward ops beside their layer) and by
-    the mean of their members."""
-    st = problem.structure
-    k = problem.n_groups
-    pl = st.group_of >= 0
-    ops = np.flatnonzero(pl)
-    g = st.group_of[pl]
-    first = np.full(k, np.inf)
-    last = np.full(k, -np.inf)
-    np.minimum.at(first, g, ops)
-    np.maximum.at(last, g, ops)
-    mean = np.bincount(g, weights=ops, minlength=k) / np.maximum(np.bincount(g, minlength=k), 1)
-    # ops as late as possible: a topological order built from the sinks, depth first, so an input
-    # (a weight, a shape) comes right before the op that reads it, not at the start
-    late = _late_order(problem)
-    pos = np.empty(late.shape[0], np.int64)
-    pos[late] = np.arange(late.shape[0])
-    lfirst = np.full(k, np.inf)
-    llast = np.full(k, -np.inf)
-    np.minimum.at(lfirst, g, pos[ops])
-    np.maximum.at(llast, g, pos[ops])
-    srt = lambda key: np.argsort(key, kind="stable").astype(np.int64)  # noqa: E731
-    out = {"first": np.arange(k, dtype=np.int64), "last": srt(last), "mean": srt(mean), "late-first": srt(lfirst),
-           "late-last": srt(llast)}
-    fied = _fiedler(problem)
-    if fied is not None:
-        out["spectral"] = srt(fied)
-    dfs = _dfs_order(problem)
-    pos = np.empty(dfs.shape[0], np.int64)
-    pos[dfs] = np.arange(dfs.shape[0])
-    dfirst = np.full(k, np.inf)
-    np.minimum.at(dfirst, g, pos[ops])
-    out["dfs-first"] = srt(dfirst)
-    # the first member that does real work (a group tying a layer's weights, forward and backward ops
-    # and optimiser step sits where its forward op runs, not where its weights are read)
-    ot = np.where(np.isfinite(problem.op_time), problem.op_time, 0.0).max(axis=1)[ops]
-    gmax = np.zeros(k)
-    np.maximum.at(gmax, g, ot)
-    heavy = ot >= 0.05 * gmax[g]
-    hfirst = np.full(k, np.inf)
-    np.minimum.at(hfirst, g[heavy], ops[heavy])
-    out["heavy-first"] = srt(np.where(np.isfinite(hfirst), hfirst, first))
-    for name in ("first", "heavy-first"):
-        pos = np.argsort(out[name]).astype(np.float64)
-        out[name + "-attached"] = srt(_attached(problem, pos))
-        out[name + "-attached-all"] = srt(_attached(problem, pos, far_share=0.0))
-        out[name + "-attached-more"] = srt(_attached(problem, pos, share=0.1, rounds=5))
-        out[name + "-attached-heavy"] = srt(_attached(problem, pos, share=0.1, rounds=5, to_heavy=True))
-    return out
-
-
-def _dfs_order(problem) -> np.ndarray:
-    """A topological order of the ops that follows each chain as deep as it goes (reverse
-    post-order of a depth-first search from the sources), keeping a block's ops together."""
-    st = problem.structure
-    n = st.n_ops
-    src, dst = _op_edges(problem)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-    succ = dst[np.argsort(src, kind="stable")]
-    indeg = np.bincount(dst, minlength=n)
-    seen = np.zeros(n, bool)
-    post = []
-    for root in [i for i in range(n) if indeg[i] == 0][::-1]:
-        if seen[root]:
-            continue
-        seen[root] = True
-        stack = [(root, ptr[root])]
-        while stack:
-            v, i = stack[-1]
-            if i < ptr[v + 1]:
-                stack[-1] = (v, i + 1)
-                u = int(succ[i])
-                if not seen[u]:
-                    seen[u] = True
-                    stack.append((u, ptr[u]))
-            else:
-                stack.pop()
-                post.append(v)
-    return np.asarray(post[::-1], np.int64)
-
-
-def _op_edges(problem) -> tuple[np.ndarray, np.ndarray]:
-    """Forward op-level edges between placed ops: each tensor's producer op to the first member op
-    of each consumer group."""
-    st = problem.structure
-    n = st.n_ops
-    pl = st.group_of >= 0
-    per = np.repeat(np.arange(st.n_tensors), np.diff(st.t_ptr))
-    first_member = np.full(problem.n_groups, n, np.int64)
-    np.minimum.at(first_member, st.group_of[pl], np.flatnonzero(pl))
-    src = st.t_op.astype(np.int64)[per]
-    dst = first_member[st.t_cons[per]]
-    keep = src < dst
-    return src[keep], dst[keep]
-
-
-def _light(problem, share: float = 0.05) -> np.ndarray:
-    """Groups doing under ``share`` of a device's fair part of the work."""
-    work = np.where(problem.allowed, problem.time, np.inf).min(axis=1)
-    return work < share * work.sum() / problem.n_devices
 
 
 def _with_light(problem, ml: MaxLoad, a: "_Arrays", order: np.ndarray, light: np.ndarray) -> np.ndarray | None:
@@ -223,102 +120,49 @@ def iterated_search(problem, ml: MaxLoad, gd: np.ndarray, seconds: float, seed: 
     return best
 
 
-def _attached(problem, key: np.ndarray, share: float = 0.05, rounds: int = 2, to_heavy: bool = False,
-              far_share: float = 0.1) -> np.ndarray:
-    """``key`` with every light group (under ``share`` of the work per device) that sits far (over
-    ``far_share`` of the groups away) from the group it exchanges its costliest tensor with moved
-    beside it (a layer's weights, shapes and optimiser steps go with the layer), ``rounds`` times
-    so chains of light groups follow; ``to_heavy``: a heavy neighbour first, whatever its tensor."""
-    st = problem.structure
-    k = problem.n_groups
-    light = _light(problem, share)
-    per = np.repeat(np.arange(st.n_tensors), np.diff(st.t_ptr))
-    a = st.t_prod.astype(np.int64)[per]
-    b = st.t_cons.astype(np.int64)
-    w = np.asarray(problem.t_cost[per], np.float64)
-    key = np.array(key, np.float64)
-    for _ in range(rounds):
-        best_w = np.full(k, -1.0)
-        best_k = key.copy()
-        for x, y in ((a, b), (b, a)):
-            rank = w + (np.where(light[y], 0.0, 1.0 + w.max()) if to_heavy else 0.0)
-            order = np.argsort(rank, kind="stable")  # the costliest tensor written last wins
-            xs, ys, ws = x[order], y[order], rank[order]
-            m = light[xs] & (ws >= best_w[xs])
-            best_k[xs[m]] = key[ys[m]] + 0.5
-            np.maximum.at(best_w, xs[m], ws[m])
-        far = np.abs(best_k - key) > far_share * k
-        key = np.where(light & far & (best_w >= 0), best_k, key)
-    return key
+#: Positions a pipeline's blocks may start at: every position of an order of up to
+#: :data:`CHAIN_EXACT` groups (the exact best pipeline), else :data:`CHAIN_POSITIONS` at equal shares
+#: of the work (memory and time bounded whatever the graph's size; the single moves after it shift
+#: the blocks' edges).
+CHAIN_EXACT = 1024
+CHAIN_POSITIONS = 256
 
 
-def _fiedler(problem) -> np.ndarray | None:
-    """The Fiedler vector of the group graph weighted by transfer times: a linear arrangement that
-    keeps groups exchanging costly tensors close, so cutting it into blocks cuts cheap tensors."""
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import laplacian
-
-    st = problem.structure
-    k = problem.n_groups
-    if k < 3:
-        return None
-    per = np.repeat(np.arange(st.n_tensors), np.diff(st.t_ptr))
-    w = problem.t_cost[per]
-    scale = w.mean() if w.size and w.mean() > 0 else 1.0
-    a = st.t_prod.astype(np.int64)[per]
-    b = st.t_cons.astype(np.int64)
-    W = sp.coo_array((w / scale + 1e-3, (a, b)), shape=(k, k)).tocsr()
-    W = W + W.T
-    L = laplacian(W, normed=True).toarray()
-    try:
-        vals, vecs = np.linalg.eigh(L)
-    except np.linalg.LinAlgError:
-        return None
-    return vecs[:, 1]
-
-
-def _late_order(problem) -> np.ndarray:
-    """A topological order of the ops emitted from the sinks backwards, depth first."""
-    n = problem.structure.n_ops
-    src, dst = _op_edges(problem)
-    outdeg = np.bincount(src, minlength=n)
-    order_e = np.argsort(dst, kind="stable")
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
-    preds = src[order_e]
-    stack = [i for i in range(n) if outdeg[i] == 0]
-    out = []
-    while stack:
-        v = stack.pop()
-        out.append(v)
-        for u in preds[ptr[v]:ptr[v + 1]][::-1]:
-            outdeg[u] -= 1
-            if outdeg[u] == 0:
-                stack.append(int(u))
-    return np.asarray(out[::-1], np.int64)
+def _cuts(problem, order: np.ndarray, positions: int = CHAIN_POSITIONS) -> np.ndarray:
+    """The positions of ``order`` where blocks may start and end (0 and its length included): all of
+    them up to :data:`CHAIN_EXACT` groups, else ``positions`` + 1 at equal shares of the groups'
+    fastest times."""
+    n = order.shape[0]
+    if n <= CHAIN_EXACT:
+        return np.arange(n + 1, dtype=np.int64)
+    t = np.where(problem.allowed, problem.time, np.inf).min(axis=1)[order]
+    work = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(t), t, 0.0) + 1e-12)])
+    at = np.searchsorted(work, np.linspace(0.0, work[-1], positions + 1), side="left")
+    return np.unique(np.concatenate([[0, n], np.clip(at, 0, n)])).astype(np.int64)
 
 
 def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.ndarray | None = None) -> np.ndarray | None:
     """The best placement that cuts the groups, in ``order`` (default: their topological order),
     into consecutive blocks, one block per device (a pipeline; devices may stay empty): dynamic
-    programming over (blocks placed, devices used per class of interchangeable devices). None if
-    no such split fits."""
-    from hdp.placement import _maxload_kernels as K
+    programming over (blocks placed, devices used per class of interchangeable devices). Blocks
+    start at any position of up to :data:`CHAIN_EXACT` groups (exact), else at
+    :data:`CHAIN_POSITIONS` positions spread by work (:func:`_cuts`). None if no such split fits."""
 
     a = arrays or _Arrays(problem, ml)
     k = problem.n_groups
     classes = device_classes(problem, ml)
     order = np.arange(k, dtype=np.int64) if order is None else np.asarray(order, np.int64)
-    n = order.shape[0]  # the groups cut into blocks (others keep device 0 here)
+    cuts = _cuts(problem, order)
+    n = cuts.shape[0] - 1  # the blocks end at cuts[1..n]
     seg = []
     for c in classes:
         d = c[0]
         out = np.full((n + 1, n + 1), np.inf)
-        K.ml_segment_loads(order, np.ascontiguousarray(a.time[:, d]), bool(a.paid[d]), a.gbytes, float(a.cap[d]),
-                        np.isfinite(a.time[:, d]), a.t_prod, a.t_ptr, a.t_cons, a.t_cost, a.g_ptr, a.g_tens, out)
+        K.ml_segment_loads(order, cuts, np.ascontiguousarray(a.time[:, d]), bool(a.paid[d]), a.gbytes,
+                           float(a.cap[d]), np.isfinite(a.time[:, d]), a.t_prod, a.t_ptr, a.t_cons, a.t_cost,
+                           a.g_ptr, a.g_tens, out)
         seg.append(out)
     sizes = [len(c) for c in classes]
-    import itertools
 
     states = sorted(itertools.product(*[range(s + 1) for s in sizes]), key=sum)
     val = {s: np.full(n + 1, np.inf) for s in states}
@@ -349,7 +193,7 @@ def chain_split(problem, ml: MaxLoad, arrays: _Arrays | None = None, order: np.n
     while b > 0:
         pb, pc = back[s]
         a0, ci = int(pb[b]), int(pc[b])
-        gd[order[a0:b]] = classes[ci][used[ci]]
+        gd[order[cuts[a0]:cuts[b]]] = classes[ci][used[ci]]
         used[ci] += 1
         s = s[:ci] + (s[ci] - 1,) + s[ci + 1:]
         b = a0
@@ -360,7 +204,6 @@ def contiguous_split(problem, ml: MaxLoad, bound: float | None = None, dag=None,
     """The best contiguous split (:func:`hdp.placement.ideals.contiguous_optimum`, its ``value``
     priced here): ``bound`` defaults to :func:`contiguous_bound` (where the DAG has many ideals);
     ``limits``: ``max_ideals``, ``max_visits``."""
-    from hdp.placement.ideals import contiguous_optimum, pipeline_dag
 
     dag = dag or pipeline_dag(problem, ml)
     if bound is None:
@@ -375,7 +218,6 @@ def contiguous_split(problem, ml: MaxLoad, bound: float | None = None, dag=None,
 def contiguous_bound(problem, ml: MaxLoad, dag=None) -> float:
     """The max-load of one contiguous split that :func:`contiguous_split` may return (the best pipeline of its DAG's nodes in one topological order): its first
     bound. ``inf`` when that pipeline breaks a cap."""
-    from hdp.placement.ideals import pipeline_dag
 
     dag = dag or pipeline_dag(problem, ml)
     coarse = _Coarse(problem, dag.node_of)
@@ -386,26 +228,33 @@ def contiguous_bound(problem, ml: MaxLoad, dag=None) -> float:
 
 
 def heuristic(problem, ml: MaxLoad, seed: int = 0, restarts: int = 20, kick: float = 0.05,
-              starts: int = 3, extra_starts=()) -> tuple[np.ndarray, float]:
+              starts: int = 3, extra_starts=(), seconds: float | None = None) -> tuple[np.ndarray, float]:
     """A good feasible placement fast: pipelines (:func:`chain_split`) over several orders of the
     groups (:func:`group_orders`) and the placements ``extra_starts``, each improved by moving
     single groups; then, from each of the ``starts`` best distinct ones, ``restarts`` seeded
     perturbations (a share ``kick`` of the groups moved at random) improved the same way. The
-    best placement seen; ValueError if nothing fits."""
+    best placement seen; ValueError if nothing fits. ``seconds``: after that long no further
+    pipeline or perturbation is tried (the first pipeline is)."""
+    end = np.inf if seconds is None else _time.perf_counter() + seconds
     a = _Arrays(problem, ml)
     found: dict[bytes, tuple[float, np.ndarray]] = {}
     orders = group_orders(problem)
-    starts_ = [np.asarray(s, np.int64) for s in extra_starts]
-    starts_ += [chain_split(problem, ml, a, order) for order in orders.values()]
-    for share in (0.002, 0.02, 0.05):  # pipelines of the heavier groups, the light ones beside their neighbours
-        light = _light(problem, share)
-        starts_ += [_with_light(problem, ml, a, orders[o], light) for o in ("first", "heavy-first", "spectral")
-                    if o in orders]
-    for start in starts_:
-        if start is None:
-            continue
-        gd, w = a.local_search(start)
-        found[gd.tobytes()] = (w, gd)
+    def pipelines():
+        yield from (np.asarray(s, np.int64) for s in extra_starts)
+        for order in orders.values():
+            yield chain_split(problem, ml, a, order)
+        for share in (0.002, 0.02, 0.05):  # pipelines of the heavier groups, the light ones beside their neighbours
+            light = light_groups(problem, share)
+            for o in ("first", "heavy-first", "spectral"):
+                if o in orders:
+                    yield _with_light(problem, ml, a, orders[o], light)
+
+    for start in pipelines():
+        if start is not None:
+            gd, w = a.local_search(start)
+            found[gd.tobytes()] = (w, gd)
+        if found and _time.perf_counter() > end:
+            break
     if not found:  # no pipeline fits: start from each group on its fastest device that holds it
         gd, w = a.local_search(np.argmin(a.time, axis=1))
         found[gd.tobytes()] = (w, gd)
@@ -417,6 +266,8 @@ def heuristic(problem, ml: MaxLoad, seed: int = 0, restarts: int = 20, kick: flo
     for v, base in ranked[:starts]:
         cur, cv = base, v
         for _ in range(restarts):
+            if _time.perf_counter() > end:
+                break
             tried = a.kicked(cur, rng, kick)
             if tried is not None and tried[1] < cv - 1e-12 * cv:
                 cur, cv = tried
@@ -431,8 +282,6 @@ class _Coarse:
     like a PlacementProblem)."""
 
     def __init__(self, problem, cluster: np.ndarray):
-        from types import SimpleNamespace
-
         st = problem.structure
         c = int(cluster.max()) + 1
         self.devices = problem.devices
@@ -529,11 +378,14 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
     pipelines of several orders (:func:`heuristic`, not timed out), the multilevel MILP (:func:`multilevel`, a
     quarter of what is left, at most 15 s), on more than 48 groups an iterated local search
     (:func:`iterated_search`, 40 % of the rest), then, with ``exact``, the MILP over every group
-    asked to beat the best of those in the rest (at least 1 s). The bound is HiGHS's, or
-    :func:`balance_bound` when HiGHS stopped before it had one.
+    asked to beat the best of those in the rest (at least 1 s, or a tenth of a shorter limit). The bound is HiGHS's, or
+    :func:`balance_bound` when HiGHS stopped before it had one. Over :data:`LARGE` groups it works
+    on clusters first (:func:`_optimize_large`), within ``time_limit`` whatever the size.
     ``info["trajectory"]``: (seconds, max-load, stage) each time the best improved;
     ``info["contiguous"]``: the contiguous DP's value, whether it is proven and its counts."""
     t0 = _time.perf_counter()
+    if problem.n_groups > LARGE:
+        return _optimize_large(problem, ml, time_limit, seed, t0)
     traj = []
 
     def note(gd, stage):
@@ -549,7 +401,8 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
     if cont.group_device is not None:
         note(cont.group_device, "contiguous dp")
         starts.append(cont.group_device)
-    best, _ = heuristic(problem, ml, seed=seed, extra_starts=starts)
+    best, _ = heuristic(problem, ml, seed=seed, extra_starts=starts,
+                        seconds=max(0.0, 0.5 * time_limit - (_time.perf_counter() - t0)))
     note(best, "heuristic")
     if problem.n_groups > 48:
         left = time_limit - (_time.perf_counter() - t0)
@@ -564,7 +417,7 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
     if not exact:
         return Solved(best.astype(np.int16), traj[-1][1], float("nan"), "heuristic", _time.perf_counter() - t0,
                       {"trajectory": traj, "contiguous": {"value": cont.value, "exact": cont.exact, **cont.info}})
-    left = max(1.0, time_limit - (_time.perf_counter() - t0))
+    left = max(min(1.0, 0.1 * time_limit), time_limit - (_time.perf_counter() - t0))
     s = solve(problem, ml, time_limit=left, incumbent=best)
     if note(s.group_device, "milp"):
         best = s.group_device
@@ -576,3 +429,82 @@ def optimize(problem, ml: MaxLoad, time_limit: float = 60.0, seed: int = 0, exac
         s.info["bound"] = "balance of the work alone (the MILP had none yet)"
     return Solved(np.asarray(best, np.int16), traj[-1][1], min(bound, traj[-1][1]), s.status,
                   _time.perf_counter() - t0, s.info)
+
+
+#: Groups above which :func:`optimize` places clusters of groups first (:func:`_optimize_large`): the
+#: searches over every group (orders, pipelines, the contiguous DP, the MILP) grow faster than the
+#: graph, clusters keep time and memory linear.
+LARGE = 20_000
+#: Clusters :func:`_optimize_large` coarsens to.
+LARGE_CLUSTERS = 2_000
+
+
+def _optimize_large(problem, ml: MaxLoad, time_limit: float, seed: int, t0: float) -> Solved:
+    """:func:`optimize` of a problem over :data:`LARGE` groups: coarsen to :data:`LARGE_CLUSTERS`
+    clusters (:func:`coarsen`), pipelines of the clusters in topological order and by their mean
+    position improved by single moves, the MILP over the clusters asked to beat them in 60 % of
+    what is left, projected back and improved by single moves, then iterated local search over
+    every group while time is left. Status ``heuristic``: the bound is :func:`balance_bound`'s (the
+    clusters' MILP bounds only the clustered problem)."""
+    traj = []
+
+    def elapsed() -> float:
+        return _time.perf_counter() - t0
+
+    def note(gd, stage, prob=problem, m=ml):
+        v = max_load(prob, m, gd)
+        if prob is problem and (not traj or v < traj[-1][1]):
+            traj.append((elapsed(), v, stage))
+        return v
+
+    cluster = coarsen(problem, ml, LARGE_CLUSTERS)
+    coarse = _Coarse(problem, cluster)
+    cml = MaxLoad(np.bincount(cluster, weights=ml.group_bytes, minlength=coarse.n_groups), ml.capacity,
+                  ml.free_comm)
+    ca = _Arrays(coarse, cml)
+    k = problem.n_groups
+    first = np.full(coarse.n_groups, np.inf)
+    np.minimum.at(first, cluster, np.arange(k))
+    mean = np.bincount(cluster, weights=np.arange(k, dtype=np.float64)) / np.bincount(cluster)
+    best, best_v = None, np.inf
+    for key in (first, mean):
+        gd = chain_split(coarse, cml, ca, np.argsort(key, kind="stable").astype(np.int64))
+        if gd is None:
+            continue
+        gd, v = ca.local_search(gd)
+        if feasible(coarse, cml, gd) and v < best_v:
+            best, best_v = gd, v
+    if best is None:  # no pipeline of the clusters fits: each on its fastest device that holds it
+        best, best_v = ca.local_search(np.argmin(ca.time, axis=1))
+    stage = "clusters' pipelines"
+    left = time_limit - elapsed()
+    if left > 2:
+        try:
+            s = solve(coarse, cml, time_limit=0.6 * left, incumbent=best)
+            if s.value < best_v:
+                best, best_v, stage = np.asarray(s.group_device, np.int64), s.value, "clusters' milp"
+        except InputError:
+            pass
+    fa = _Arrays(problem, ml)
+    gd = np.asarray(best, np.int64)[cluster]
+    note(gd, stage)
+    while elapsed() < time_limit:  # single moves, a few sweeps at a time so the limit holds
+        moved, _ = fa.local_search(gd, sweeps=5)
+        if (moved == gd).all():
+            break
+        gd = moved
+    if not feasible(problem, ml, gd):
+        raise ValueError("no feasible placement of the clusters")
+    note(gd, "single moves")
+    left = time_limit - elapsed() - 0.05 * time_limit  # the bound below takes about that
+    if left > 1:  # kicks of a few hundred groups: a share of 100,000 would undo the placement
+        ils = iterated_search(problem, ml, gd, left, seed=seed + 1, kick=min(0.05, 500 / k))
+        if max_load(problem, ml, ils) < max_load(problem, ml, gd):
+            gd = ils
+            note(gd, "iterated search")
+    value = max_load(problem, ml, gd)
+    bound = min(balance_bound(problem, ml), value)
+    info = {"trajectory": traj, "bound": "balance of the work alone (the MILP ran over clusters)",
+            "clusters": int(coarse.n_groups),
+            "contiguous": {"value": float("nan"), "exact": False, "skipped": f"over {LARGE} groups"}}
+    return Solved(gd.astype(np.int16), value, bound, "heuristic", elapsed(), info)

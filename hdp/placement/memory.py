@@ -18,7 +18,7 @@ that runs no group needs nothing)::
   (``bench/memory_check.py``), ``overhead`` = 43 MiB and ``copies`` = 1 — it keeps the ``.bin``
   pages it read resident and holds a repacked copy of every weight at its inference precision;
   for other devices none is measured here and both default to 0 (the stored bytes alone), unless
-  the target declares them (:mod:`hdp.runtime.capacity`). The written model gives every device that
+  the target declares them (:mod:`hdp.target.capacity`). The written model gives every device that
   runs a consumer its own copy of a constant (a constant is never cut), so a constant read by
   groups on two devices counts on both — once per device however many of its groups are there.
   Constants read by one group only are that group's (``weights``); the others form *units* (the
@@ -32,6 +32,15 @@ that runs no group needs nothing)::
   per group is its largest op's live bytes (non-constant inputs + outputs); per device, the
   largest such group. This ignores tensors that stay live across ops (skip connections), so it
   is a lower estimate of the arena; weights dominate the models this matters for.
+
+**Single allocations** (a device's ``max_allocation``, :mod:`hdp.target.target`: an iGPU's
+driver caps one buffer at about 4 GiB): each tensor a group would put on a device is one
+allocation there, checked against the cap per tensor, not summed. Per group, the largest is
+:meth:`MemoryNeeds.largest_allocation`: the largest constant it reads (stored, or at the device's
+compute precision where the device keeps such a copy, ``copies > 0``), the largest state variable
+(scaled to ``context`` like the state term) and the largest activation tensor one of its ops
+reads or writes (at its type in the graph). A group whose largest allocation exceeds a device's
+cap cannot go there (:meth:`hdp.placement.problem.PlacementProblem.with_max_allocation`).
 
 A cost graph's op (``CostOp``, :mod:`hdp.costgraph`) states all the memory it takes in its bytes
 (``Op.weight_bytes``, counted as its group's weights); it has no activation term, and its problem
@@ -47,10 +56,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdp.base.fsutil import human_size
 from hdp.ir.build import edge_sources
 from hdp.ir.types import Graph
 from hdp.placement.structure import PLACED, Structure
-
 
 #: Bytes per element of a floating-point constant (and of a device's compute precision).
 FLOAT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}
@@ -89,6 +98,27 @@ class MemoryNeeds:
     w_other: np.ndarray | None = None
     u_float: np.ndarray | None = None
     u_other: np.ndarray | None = None
+    #: per group, its largest single tensors (see "Single allocations" in the module docstring): the
+    #: stored bytes of the largest constant it reads, the elements of the largest floating-point one a
+    #: device converts to its compute precision, the largest state variable, the largest activation
+    big_stored: np.ndarray | None = None
+    big_float: np.ndarray | None = None
+    big_state: np.ndarray | None = None
+    big_activation: np.ndarray | None = None
+
+    def largest_allocation(self, dm: DeviceMemory | None, n_devices: int) -> np.ndarray:
+        """``[g, d]``: bytes of the largest single tensor group ``g`` puts on device ``d`` (see the
+        module docstring); zeros when the needs hold no tensor sizes."""
+        k = self.weights.shape[0]
+        if self.big_stored is None:
+            return np.zeros((k, n_devices))
+        out = np.repeat(np.maximum.reduce([self.big_stored, self.big_state, self.big_activation])[:, None],
+                        n_devices, axis=1)
+        if dm is not None:
+            converts = np.asarray(dm.copies, np.float64) > 0
+            at_precision = self.big_float[:, None] * np.asarray(dm.precision_bytes, np.float64)[None, :]
+            out = np.maximum(out, np.where(converts[None, :], at_precision, 0.0))
+        return out
 
     @property
     def total_weights(self) -> float:
@@ -116,7 +146,7 @@ class MemoryNeeds:
 
 def _frozen(m: MemoryNeeds) -> MemoryNeeds:
     for a in (m.weights, m.state, m.activation, m.u_ptr, m.u_groups, m.u_bytes, m.w_float, m.w_other,
-              m.u_float, m.u_other):
+              m.u_float, m.u_other, m.big_stored, m.big_float, m.big_state, m.big_activation):
         if a is not None:
             a.setflags(write=False)
     return m
@@ -161,6 +191,7 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
         feeds[i] = frozenset(s)
     # per group and per unit: (stored bytes, elements of floating-point constants, stored bytes of the others)
     weights = np.zeros((k, 3))
+    big_stored, big_float = np.zeros(k), np.zeros(k)
     units: dict[frozenset, np.ndarray] = {}
     for i, op in enumerate(graph.ops):
         if not op.weight_bytes:
@@ -173,6 +204,9 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
         if size and size < 4 and to_matmul[i]:  # f16/bf16 weights of a MatMul stay as stored (compressed)
             size = None
         row = (op.weight_bytes, op.weight_bytes / size, 0.0) if size else (op.weight_bytes, 0.0, op.weight_bytes)
+        at = np.fromiter(gs, np.int64, len(gs))
+        big_stored[at] = np.maximum(big_stored[at], op.weight_bytes)
+        big_float[at] = np.maximum(big_float[at], row[1])
         if len(gs) == 1:
             weights[next(iter(gs))] += row
         else:
@@ -184,10 +218,12 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
     u_groups = np.fromiter((g for s in sets for g in sorted(s)), np.int64, int(u_ptr[-1]))
     u_rows = np.array([units[s] for s in sets], np.float64).reshape(-1, 3)
 
-    state = np.zeros(k)
+    state, big_state = np.zeros(k), np.zeros(k)
     for i, t in enumerate(types):
         if t == "Assign" and group_of[i] >= 0:
-            state[group_of[i]] += ebytes[dst == i].sum() * state_factor
+            held = ebytes[dst == i].sum() * state_factor
+            state[group_of[i]] += held
+            big_state[group_of[i]] = max(big_state[group_of[i]], held)
 
     # activations: per op, its non-constant inputs plus each output port once
     live_in = role[src] != 1  # CONE producers are weights, counted above
@@ -203,13 +239,59 @@ def memory_needs(graph: Graph, st: Structure, state_factor: float = 1.0) -> Memo
     activation = np.zeros(k)
     pl = group_of >= 0
     np.maximum.at(activation, group_of[pl], act_op[pl])
+    # the largest single activation tensor of each group: an output of one of its ops, or a
+    # non-constant input (read from another group, or from a Parameter)
+    big_op = np.zeros(n)
+    if src.size:
+        np.maximum.at(big_op, src, ebytes)
+        np.maximum.at(big_op, dst, np.where(live_in, ebytes, 0.0))
+    big_op[np.array([t == "CostOp" for t in types], bool)] = 0.0
+    big_act = np.zeros(k)
+    np.maximum.at(big_act, group_of[pl], big_op[pl])
     return _frozen(MemoryNeeds(weights[:, 0].copy(), state, activation, u_ptr, u_groups, u_rows[:, 0].copy(),
-                               weights[:, 1].copy(), weights[:, 2].copy(), u_rows[:, 1].copy(), u_rows[:, 2].copy()))
+                               weights[:, 1].copy(), weights[:, 2].copy(), u_rows[:, 1].copy(), u_rows[:, 2].copy(),
+                               big_stored, big_float, big_state, big_act))
+
+
+def largest_tensor(graph: Graph, st: Structure, group: int, state_factor: float = 1.0) -> tuple[str, float, str]:
+    """``(op name, bytes, what)`` of the largest single tensor ``group`` holds as stored (a constant
+    it reads, a state variable, an activation): for messages naming it."""
+    indptr, succ = graph.indptr.numpy(), graph.indices.numpy()
+    ebytes = graph.edge_bytes.numpy().astype(np.float64)
+    group_of, role = st.group_of.astype(np.int64), st.role
+    members = set(np.nonzero(group_of == group)[0].tolist())
+    best = ("", 0.0, "")
+    # constants and their chains feeding the group's members
+    seen, stack = set(), [int(m) for m in members]
+    preds: dict[int, list[int]] = {}
+    for i in range(graph.n_ops):
+        for c in succ[indptr[i]:indptr[i + 1]]:
+            preds.setdefault(int(c), []).append(i)
+    while stack:
+        for p in preds.get(stack.pop(), ()):
+            if p in seen or role[p] == PLACED:
+                continue
+            seen.add(p)
+            stack.append(p)
+            op = graph.ops[p]
+            if op.weight_bytes > best[1]:
+                best = (op.name, float(op.weight_bytes), "constant")
+    for m in members:
+        op = graph.ops[m]
+        out = ebytes[indptr[m]:indptr[m + 1]]
+        held = float(out.max(initial=0.0))
+        if op.type == "Assign":
+            held = float(sum(ebytes[indptr[p]:indptr[p + 1]][succ[indptr[p]:indptr[p + 1]] == m].sum()
+                             for p in preds.get(m, ()))) * state_factor
+            if held > best[1]:
+                best = (op.name, held, "state")
+        elif held > best[1]:
+            best = (op.name, held, "output")
+    return best
 
 
 def size_text(n: float) -> str:
     """Bytes for a message: ``1.5 GiB``, ``300.0 MiB``, ``512 bytes``."""
-    from hdp.fsutil import human_size
 
     return human_size(n)
 
@@ -246,6 +328,16 @@ def fit_error(problem) -> str | None:
         return (f"no device can hold tie group {g} ({size_text(least[g])} with the constants it reads); "
                 f"device memory: {held}")
     least = smallest_need(problem)
+    hosts = problem.hosts if problem.multi_host else None
+    if hosts is not None:  # what each host holds: its memory, or its devices' when less
+        room = np.array([min(float(hosts.capacity[i]), float(caps[hosts.devices_of(i)].sum()))
+                         for i in range(hosts.n_hosts)])
+        if least > float(room.sum()):
+            each = ", ".join(f"{n} {size_text(r)}" if np.isfinite(r) else f"{n} unlimited"
+                             for n, r in zip(hosts.names, room))
+            return (f"the model does not fit across the hosts: it needs at least {size_text(least)} (stored weights "
+                    f"{size_text(needs.total_weights)}, state {size_text(float(needs.state.sum()))}) and the hosts "
+                    f"hold {each}")
     if least > float(caps.sum()):
         return (f"the model does not fit: it needs at least {size_text(least)} (stored weights "
                 f"{size_text(needs.total_weights)}, state {size_text(float(needs.state.sum()))}) and the devices "

@@ -21,6 +21,15 @@ its inputs in. The peer's workloads (Tarnawski et al., msr-fiddle/dnn-partitioni
 - :class:`Concurrent` — one request run by hdp's concurrent executor: the list-scheduled makespan
   of its device subgraphs (per-device serial, copies on crossing edges, a launch per subgraph).
 
+- :class:`Energy` — joules of one request under HETERO's sequential semantics: every device of the
+  target draws its idle power for the whole latency, and a device its active power instead while it
+  computes its groups. So ``energy = P_idle · latency + Σ_d (active[d] - idle[d]) · compute[d]``
+  (``P_idle``: the idle watts of all devices together; copies and subgraph overheads at idle power),
+  which is the sequential latency of the same problem with each group's time on ``d`` weighted by
+  ``P_idle + active[d] - idle[d]`` and every copy and overhead by ``P_idle``
+  (:meth:`~hdp.placement.problem.PlacementProblem.as_latency`): every latency method places for it,
+  and ``optimal`` is exact for it as it is for latency.
+
 Placers read the objective from the problem; a method that cannot optimise one declares the
 kinds it serves (:attr:`hdp.placers.options.PlacerOptions.serves`) and refuses the others.
 """
@@ -61,13 +70,19 @@ class Throughput(_Objective, tag="throughput"):
     #: request's latency: the hand-over between the pipeline's stage executors (``hdp calibrate``
     #: fits it on placements served with requests in flight; 0 when not calibrated)
     handoff: Annotated[float, Meta(ge=0, le=10)] = 0.0
+    #: a serving plan's costs (:mod:`hdp.placement.plan`), fitted by ``hdp calibrate`` on real devices:
+    #: each device's stream efficiency (two streams serve ``2 E`` times one; devices left out: their
+    #: kind's default) and the seconds hdp's runtime spends routing a request to a stage's replica
+    #: (None: :data:`hdp.placement.plan.DISPATCH`)
+    streams: tuple[tuple[str, Annotated[float, Meta(ge=0.5, le=1)]], ...] = ()
+    dispatch: Annotated[float, Meta(ge=0, le=1)] | None = None
 
     def label(self) -> str:
         return f"throughput ({self.requests} in flight)"
 
 
 class Concurrent(_Objective, tag="concurrent"):
-    """The latency of one request run by hdp's concurrent executor (:mod:`hdp.runtime.concurrent`):
+    """The latency of one request run by hdp's concurrent executor (:mod:`hdp.runtime.placed.executor`):
     its device subgraphs at once, each device running one at a time
     (:meth:`~hdp.placement.simulate.Simulator.latency_concurrent`). ``launch`` seconds per subgraph
     (None: the cost table's subgraph overhead), ``handover`` per edge between subgraphs, ``request``
@@ -84,9 +99,36 @@ class Concurrent(_Objective, tag="concurrent"):
         return "concurrent latency"
 
 
+Watts = Annotated[float, Meta(ge=0, le=1e5, description="watts, at least 0")]
+
+
+class Energy(_Objective, tag="energy"):
+    """Joules of one request (see the module docstring): ``active`` and ``idle`` watts per device,
+    in the problem's device order (:func:`energy_of` builds them from a target's devices)."""
+
+    active: tuple[Watts, ...] = ()
+    idle: tuple[Watts, ...] = ()
+
+    def __post_init__(self):
+        if len(self.active) != len(self.idle):
+            raise ValueError(f"idle: {len(self.idle)} figures for {len(self.active)} active ones")
+        for i, (a, b) in enumerate(zip(self.active, self.idle)):
+            if not (0 <= b <= a):
+                raise ValueError(f"idle: device {i} idles at {b:g} W, more than its {a:g} W active (or below 0)")
+
+    def label(self) -> str:
+        return "energy per request"
+
+    def weights(self) -> tuple[float, list[float]]:
+        """``(P_idle, [P_idle + active[d] - idle[d] per device])``: joules per second of a copy or
+        overhead, and of compute on each device."""
+        p0 = float(sum(self.idle))
+        return p0, [p0 + a - b for a, b in zip(self.active, self.idle)]
+
+
 #: The fields of :class:`Concurrent` that are the executor's own costs (``hdp calibrate`` measures
 #: them; partition options and a placement's record carry them by these names).
 EXECUTOR_COSTS = ("launch", "handover", "request", "convert")
 
-Objective = Union[Latency, Throughput, Concurrent]
-KINDS: dict[str, type] = {c.kind(): c for c in (Latency, Throughput, Concurrent)}
+Objective = Union[Latency, Throughput, Concurrent, Energy]
+KINDS: dict[str, type] = {c.kind(): c for c in (Latency, Throughput, Concurrent, Energy)}

@@ -23,6 +23,13 @@ device per op (:meth:`Structure.op_devices`).
 - ``memory``: bytes per group (:mod:`hdp.placement.memory`), ``device_memory`` each device's
   memory model (its overhead and the copies of its weights it holds) and ``capacity[d]`` the bytes
   device ``d`` holds (``inf``: unlimited). A placement is feasible iff every device's memory fits.
+  ``max_allocation[d]`` caps one tensor on ``d`` (:meth:`PlacementProblem.with_max_allocation`):
+  a group holding a larger one is not ``allowed`` there.
+
+- ``hosts``: the machines the devices sit on (:class:`Hosts`; None: one host). A tensor crossing
+  devices of one host costs ``t_cost``; one crossing hosts costs the link between them instead,
+  ``latency + bytes / bandwidth`` (:meth:`PlacementProblem.transfer`), and a host's ``capacity``
+  caps the bytes of all its devices together.
 
 A Module whose ``meta["placement_rules"]`` is ``"ties"`` (an abstract cost graph,
 :mod:`hdp.costgraph`) gets the structure of its ties alone (see :mod:`hdp.placement.structure`).
@@ -30,17 +37,81 @@ A Module whose ``meta["placement_rules"]`` is ``"ties"`` (an abstract cost graph
 
 from __future__ import annotations
 
-import numpy as np
-import msgspec
+import json
 
-from hdp.errors import InputError
+import msgspec
+import numpy as np
+
+from hdp.base.errors import InputError
+from hdp.ir.build import edge_sources
 from hdp.ir.types import Module
-from hdp.placement.memory import DeviceMemory, MemoryNeeds, memory_needs, state_scale
-from hdp.placement.objective import Latency, Objective
+from hdp.placement.memory import DeviceMemory, MemoryNeeds, largest_tensor, memory_needs, size_text, state_scale
+from hdp.placement.objective import Energy, Latency, Objective
 from hdp.placement.structure import CONE, Structure, build_structure
 
 #: Op types that take no time on any device (HETERO keeps them with their neighbours).
 FREE_TYPES = frozenset({"Parameter", "Constant", "Result"})
+
+
+class Hosts(msgspec.Struct, frozen=True):
+    """The hosts of a problem's devices: ``host_of[d]`` (an index into ``names``), the link between
+    every two hosts (``latency[a, b]`` seconds and ``bandwidth[a, b]`` bytes/s; the diagonal unused)
+    and each host's ``capacity`` in bytes over all its devices (``inf``: none)."""
+
+    names: tuple[str, ...]
+    host_of: np.ndarray  # int64 per device
+    latency: np.ndarray  # float64 n_hosts x n_hosts
+    bandwidth: np.ndarray  # float64 n_hosts x n_hosts
+    capacity: np.ndarray  # float64 per host
+
+    @property
+    def n_hosts(self) -> int:
+        return len(self.names)
+
+    def cross(self) -> np.ndarray:
+        """``[a, b]``: devices ``a`` and ``b`` sit on different hosts."""
+        h = np.asarray(self.host_of, np.int64)
+        return h[:, None] != h[None, :]
+
+    def pair_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(latency[a, b], seconds per byte[a, b])`` between devices (0 within a host)."""
+        h = np.asarray(self.host_of, np.int64)
+        cross = self.cross()
+        lat = np.where(cross, np.asarray(self.latency, np.float64)[h[:, None], h[None, :]], 0.0)
+        inv = np.where(cross, 1.0 / np.asarray(self.bandwidth, np.float64)[h[:, None], h[None, :]], 0.0)
+        return lat, inv
+
+    def devices_of(self, host: int) -> np.ndarray:
+        return np.flatnonzero(np.asarray(self.host_of) == host)
+
+    def to_text(self) -> str:
+        """The hosts as compact JSON (a partition's ``info["hosts_table"]``, read back by the
+        ``assign`` pass, which has no target, to price the placement as it was placed)."""
+        def num(a):
+            return [[float(x) if np.isfinite(x) else None for x in row] for row in np.atleast_2d(a)]
+        return json.dumps({"names": list(self.names), "host_of": np.asarray(self.host_of).tolist(),
+                           "latency": num(self.latency), "bandwidth": num(self.bandwidth),
+                           "capacity": num(self.capacity)[0]}, separators=(",", ":"))
+
+    @staticmethod
+    def from_text(text: str) -> "Hosts":
+        """The inverse of :meth:`to_text` (``None`` entries are ``inf``); ValueError when it is not one."""
+        try:
+            d = json.loads(text)
+            def arr(x):
+                return np.array([[np.inf if v is None else float(v) for v in row] for row in x], np.float64)
+            out = Hosts(names=tuple(str(n) for n in d["names"]), host_of=np.asarray(d["host_of"], np.int64),
+                        latency=arr(d["latency"]), bandwidth=arr(d["bandwidth"]),
+                        capacity=arr([d["capacity"]])[0])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"not a hosts record: {e}") from None
+        return out
+
+    def scaled(self, by: float) -> "Hosts":
+        """The same hosts with every link ``by`` times as costly (the energy problem's joules)."""
+        return msgspec.structs.replace(self, latency=np.asarray(self.latency) * by,
+                                       bandwidth=np.asarray(self.bandwidth) / by if by > 0 else
+                                       np.full_like(np.asarray(self.bandwidth), np.inf))
 
 
 class PlacementProblem(msgspec.Struct, frozen=True):
@@ -68,6 +139,40 @@ class PlacementProblem(msgspec.Struct, frozen=True):
     #: layout (the concurrent executor's ``convert`` term): a 4-D or 5-D tensor's bytes (the CPU
     #: plugin's blocked layouts, nChw8c/nChw16c, are for those), 0 for the others; None: every byte
     convert_bytes: np.ndarray | None = None
+    #: bytes per (group, device) each group moves to and from the device's memory (the cost table's
+    #: ``op_dram``) and, per DRAM several devices share, ``(device indices, bytes/s)``: the
+    #: simulator's contention term when they run at once (:meth:`~hdp.placement.simulate.Simulator.dram_seconds`)
+    dram_bytes: np.ndarray | None = None
+    dram_shares: tuple[tuple[tuple[int, ...], float], ...] = ()
+    #: bytes one tensor may take on each device (``inf``: no cap); None: no device caps one
+    max_allocation: np.ndarray | None = None
+    #: the state (KV cache) factor the memory needs were scaled by (:func:`hdp.placement.memory.state_scale`)
+    state_factor: float = 1.0
+    #: the hosts of the devices and the links between them (None: one host)
+    hosts: Hosts | None = None
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts is not None and self.hosts.n_hosts > 1
+
+    def with_hosts(self, hosts: Hosts | None) -> "PlacementProblem":
+        """The same problem on these hosts (None, or one host: as today)."""
+        if hosts is not None and len(hosts.host_of) != self.n_devices:
+            raise ValueError(f"hosts name {len(hosts.host_of)} devices, the problem has {self.n_devices}")
+        return msgspec.structs.replace(self, hosts=hosts)
+
+    def transfer(self, tensors: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Seconds one copy of each tensor ``tensors[i]`` costs from device ``src[i]`` to ``dst[i]``:
+        ``t_cost`` within a host, the hosts' link (``latency + bytes / bandwidth``) across hosts."""
+        t = np.asarray(tensors, np.int64)
+        out = np.asarray(self.t_cost, np.float64)[t]
+        if not self.multi_host:
+            return out
+        lat, inv = self.hosts.pair_terms()
+        a, b = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        cross = self.hosts.cross()[a, b]
+        nbytes = np.asarray(self.structure.t_bytes, np.float64)[t]
+        return np.where(cross, lat[a, b] + nbytes * inv[a, b], out)
 
     @property
     def needs(self) -> MemoryNeeds:
@@ -90,12 +195,73 @@ class PlacementProblem(msgspec.Struct, frozen=True):
 
     @property
     def memory_binds(self) -> bool:
-        """Whether some device has a finite capacity."""
-        return bool(np.isfinite(self.caps).any())
+        """Whether some device (or host) has a finite capacity."""
+        return bool(np.isfinite(self.caps).any()) or (self.multi_host and bool(np.isfinite(self.hosts.capacity).any()))
+
+    def largest_allocation(self) -> np.ndarray:
+        """``[g, d]``: bytes of the largest single tensor group ``g`` puts on device ``d``
+        (:meth:`hdp.placement.memory.MemoryNeeds.largest_allocation`)."""
+        return self.needs.largest_allocation(self.device_memory, self.n_devices)
+
+    def with_max_allocation(self, limit, graph=None) -> "PlacementProblem":
+        """The same problem where device ``d`` holds no tensor over ``limit[d]`` bytes (``inf``: no
+        cap): a group whose largest single tensor there is larger is not ``allowed`` on ``d``
+        (its time there is ``inf``). With every device's cap ``inf`` (or ``limit`` None) the problem
+        itself. InputError when a group then fits no device, naming its largest tensor (from
+        ``graph``, the problem's graph, when given) and every device's cap."""
+        if limit is None:
+            return self
+        limit = np.asarray(limit, np.float64).copy()
+        if limit.shape != (self.n_devices,):
+            raise ValueError(f"max_allocation has {limit.shape} entries for {self.n_devices} devices")
+        if not np.isfinite(limit).any():
+            return self
+        fits = self.largest_allocation() <= limit[None, :]
+        allowed = self.allowed & fits
+        none = np.nonzero(self.allowed.any(axis=1) & ~allowed.any(axis=1))[0]
+        if none.size:
+            g = int(none[0])
+            caps = ", ".join(f"{d} {size_text(c)}" if np.isfinite(c) else f"{d} none"
+                             for d, c in zip(self.devices, limit))
+            what = ""
+            if graph is not None:
+                name, size, kind = largest_tensor(graph, self.structure, g, self.state_factor)
+                what = f": its {kind} '{name}' is {size_text(size)}"
+            raise InputError(f"no device can hold tie group {g} within the largest single allocation it "
+                             f"allows{what} (max_allocation: {caps})")
+        time = np.where(allowed, self.time, np.inf)
+        for a in (allowed, time, limit):
+            a.setflags(write=False)
+        return msgspec.structs.replace(self, allowed=allowed, time=time, max_allocation=limit)
 
     def with_objective(self, objective: Objective) -> "PlacementProblem":
         """The same problem asking another question."""
         return msgspec.structs.replace(self, objective=objective)
+
+    def as_latency(self) -> "PlacementProblem":
+        """Under :class:`~hdp.placement.objective.Energy`: the latency problem whose sequential latency
+        is the energy in joules (group times on each device weighted by the joules per second of
+        computing there, copies and subgraph overheads by the idle watts; see
+        :mod:`hdp.placement.objective`); any other problem as it is."""
+        ob = self.objective
+        if not isinstance(ob, Energy):
+            return self
+        if len(ob.active) != self.n_devices:
+            raise ValueError(f"energy objective has watts for {len(ob.active)} devices, the problem {self.n_devices}")
+        p0, w = ob.weights()
+        w = np.asarray(w, np.float64)
+
+        def scaled(a: np.ndarray, by) -> np.ndarray:
+            out = np.where(np.isfinite(a), a * by, np.inf)
+            out.setflags(write=False)
+            return out
+
+        return msgspec.structs.replace(
+            self, objective=Latency(), time=scaled(self.time, w[None, :]), op_time=scaled(self.op_time, w[None, :]),
+            r_time=scaled(self.r_time, w[None, :]) if self.r_time.size else self.r_time,
+            t_cost=scaled(self.t_cost, p0), link_latency=self.link_latency * p0,
+            subgraph_overhead=self.subgraph_overhead * p0,
+            hosts=self.hosts.scaled(p0) if self.hosts is not None else None)
 
     def with_capacity(self, capacity) -> "PlacementProblem":
         """The same problem with ``capacity`` bytes per device (None: unlimited)."""
@@ -223,15 +389,18 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
         t_cost = np.zeros(st.n_tensors)
     for a in (time, allowed, op_time, t_cost, r_ptr, r_groups, r_time):
         a.setflags(write=False)
-    needs = memory_needs(g, st, state_scale(module.meta, context))
+    factor = state_scale(module.meta, context)
+    needs = memory_needs(g, st, factor)
     blocked = np.array([len(g.ops[o].out_shapes[pt]) in (4, 5) if pt < len(g.ops[o].out_shapes) else False
                         for o, pt in zip(st.t_op, st.t_port)], bool)
     convert_bytes = np.where(blocked, st.t_bytes, 0).astype(np.float64)
     convert_bytes.setflags(write=False)
+    dram, shares = _dram_terms(c, st, devices)
     p = PlacementProblem(devices=devices, structure=st, time=time, allowed=allowed, op_time=op_time,
                          t_cost=t_cost, r_ptr=r_ptr, r_groups=r_groups, r_time=r_time, link_latency=lat,
                          link_bandwidth=bw, subgraph_overhead=ovh, has_costs=c is not None, objective=objective,
-                         memory=needs, device_memory=device_memory, convert_bytes=convert_bytes)
+                         memory=needs, device_memory=device_memory, convert_bytes=convert_bytes,
+                         dram_bytes=dram, dram_shares=shares, state_factor=factor)
     if capacity is not None:
         if len(capacity) != nd:
             raise ValueError(f"capacity has {len(capacity)} entries for {nd} devices")
@@ -239,9 +408,29 @@ def build_problem(module: Module, devices: tuple[str, ...] | None = None, extra_
     return p
 
 
+def _dram_terms(c, st: Structure, devices: tuple[str, ...]):
+    """``(bytes per group and device, shares as device indices and bandwidth)`` from a cost table's
+    ``op_dram`` and ``dram_shares`` (``(None, ())`` without them, or when no share has two of
+    ``devices``). A replicated op counts in every group it feeds (an upper bound: a device computes
+    the copies it gets once)."""
+    if c is None or c.op_dram is None or not c.dram_shares:
+        return None, ()
+    shares = tuple((tuple(devices.index(d) for d in names if d in devices), float(bw)) for names, bw in c.dram_shares)
+    shares = tuple((ix, bw) for ix, bw in shares if len(ix) >= 2)
+    if not shares:
+        return None, ()
+    b = np.asarray(c.op_dram.numpy(), np.float64)[:, _columns(c.devices, devices, "costs")]
+    out = np.zeros((st.n_groups, len(devices)))
+    pl = st.group_of >= 0
+    np.add.at(out, st.group_of[pl], b[pl])
+    if st.r_ops.size:
+        np.add.at(out, np.repeat(np.arange(st.n_groups), np.diff(st.r_ptr)), b[st.r_ops])
+    out.setflags(write=False)
+    return out, shares
+
+
 def _tensor_times(g, st: Structure, edge_time: np.ndarray) -> np.ndarray:
     """Per tensor of ``st``, the largest ``edge_time`` over the edges leaving its producer's port."""
-    from hdp.ir.build import edge_sources
 
     if not st.n_tensors:
         return np.zeros(0)

@@ -17,6 +17,7 @@ import numpy as np
 
 from hdp.ir.build import disjoint_set
 from hdp.placement.problem import PlacementProblem
+from hdp.placement.simulate import Simulator
 
 
 class Deadline(Exception):
@@ -107,7 +108,6 @@ def single_devices(problem: PlacementProblem) -> list[int]:
     whole = [d for d in range(problem.n_devices) if problem.allowed[:, d].all()]
     if len(whole) < 2 or not problem.has_costs or not problem.n_groups:
         return whole
-    from hdp.placement.simulate import Simulator
 
     singles = Simulator(problem).singles()
     return sorted(whole, key=lambda d: (singles.get(d, float("inf")), d))

@@ -16,7 +16,7 @@ another)::
 
 The link terms come from the cost table: the target's ``[link]`` guess, or — after ``hdp calibrate``
 on a real target — the boundary model fitted to measured placements on this host (the ``boundary``
-pass, :mod:`hdp.runtime.calibrate`), which also corrects each device's profiled op times.
+pass, :mod:`hdp.runtime.costs.calibrate`), which also corrects each device's profiled op times.
 
 - A tensor is one output port of one placed op. It is copied once to every device, other than
   its producer's, on which some group consumes it (two consumers on the same other device: one
@@ -46,12 +46,34 @@ objective in seconds per request (latency, or the period), lower is better;
 :meth:`Simulator.memory` the bytes per device (:mod:`hdp.placement.memory`) and
 :meth:`Simulator.feasible` whether they fit the capacities.
 
+**Shared DRAM** (:meth:`Simulator.dram_seconds`): devices of one SoC (a Core Ultra's CPU, iGPU and
+NPU) draw on one memory. When they run at once -- requests in flight, the parallel what-if, the
+concurrent executor -- a request cannot take less than the seconds the shared memory needs for the
+bytes every group moves on it (``Σ bytes / bandwidth`` over the groups on the share's devices, the
+busiest share), so those semantics take the larger of their own figure and that one. Each device's
+roofline already holds its own bandwidth; HETERO's sequential latency (one device at a time) has
+no such term. The bytes are the cost table's (``Costs.op_dram``, modeled devices), the shares the
+target's ``[[shares]]`` resource = "memory" with a ``bandwidth``.
+
+**Energy** (:class:`~hdp.placement.objective.Energy`): :meth:`Simulator.cost` is the joules of one
+request, the sequential latency of the problem weighted by watts
+(:meth:`~hdp.placement.problem.PlacementProblem.as_latency`); :meth:`Simulator.energy` reckons the
+same from the latency and the seconds each device computes.
+
+**Hosts** (a problem with :attr:`~hdp.placement.problem.PlacementProblem.hosts`): a copy between
+devices of two hosts costs the link between them (``latency + bytes / bandwidth``) in place of
+``t_cost`` (the sequential latency's copies, and in the throughput loads each receiver's copy and the
+sender's, the slowest of its crossings); a host's memory caps the bytes of all its devices
+(:meth:`Simulator.feasible`, :meth:`Simulator.over`). The kernels price every copy by ``t_cost`` and
+:meth:`Simulator.host_terms` adds the difference, so a one-host problem is priced as before, bit for
+bit. The parallel and concurrent semantics (one process, devices of one host) have no host term.
+
 Parallel semantics (:meth:`Simulator.latency_parallel`, for what-if analysis) let devices run
 concurrently: list scheduling in topological order, per-device ready times, transfer delays on
 crossing edges (no link congestion), each subgraph's overhead paid once before its first group.
 
 Concurrent semantics (:meth:`Simulator.latency_concurrent`) are those of hdp's own executor
-(:mod:`hdp.runtime.concurrent`): the groups are cut into the executor's subgraphs
+(:mod:`hdp.runtime.placed.executor`): the groups are cut into the executor's subgraphs
 (:func:`~hdp.placement._kernels.concurrent_labels`), each runs whole on its device, one at a time
 per device, starting when its inputs have arrived; ``launch`` seconds per subgraph and
 ``handover`` seconds per edge between subgraphs, plus the copy time of edges crossing devices, and
@@ -67,7 +89,8 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.placement import _kernels as K
-from hdp.placement.objective import Concurrent, Throughput
+from hdp.placement.memory import size_text
+from hdp.placement.objective import Concurrent, Energy, Throughput
 from hdp.placement.problem import PlacementProblem
 
 #: The keys of :meth:`Simulator.report` every placement has; a placement's ``info`` holds them for the
@@ -153,6 +176,15 @@ class Simulator:
         self.mu_grp = np.ascontiguousarray(mem.u_groups, np.int64)
         self.capacity = np.asarray(problem.caps, np.float64)
         self._peak = np.empty(nd)
+        #: :class:`Energy`: the latency problem whose latency is the joules (``PlacementProblem.as_latency``)
+        self._joules = Simulator(problem.as_latency()) if isinstance(ob, Energy) else None
+        self._dram = self._dram_matrix(problem)
+        self._hosts = problem.hosts if problem.multi_host else None
+        if self._hosts is not None:
+            self._h_lat, self._h_inv = self._hosts.pair_terms()
+            self._h_cross = self._hosts.cross()
+            self._h_tensor = per_cons
+            self._h_bytes = np.asarray(st.t_bytes, np.float64)
 
     @property
     def n_groups(self) -> int:
@@ -180,7 +212,39 @@ class Simulator:
         comp, copy, nsub = K.sequential_terms(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons,
                                               self.t_cost, self.r_ptr, self.r_grp, self.r_time, self.u_src,
                                               self.u_dst, self.counted, *self._scratch())
+        if self._hosts is not None:
+            copy += self.host_terms(d)[0]
         return float(comp), float(copy), int(nsub)
+
+    def host_terms(self, d: np.ndarray) -> tuple[float, np.ndarray]:
+        """What the links between hosts add to a placement's price beyond ``t_cost`` (see the module
+        docstring): ``(copy seconds of one request, seconds per device of the throughput loads)``;
+        zero on a problem of one host."""
+        nd = self.n_devices
+        load = np.zeros(nd)
+        if self._hosts is None or not self._h_tensor.size:
+            return 0.0, load
+        d = np.asarray(d, np.int64)
+        t = self._h_tensor
+        home = d[self.t_prod[t]]
+        dst = d[self.t_cons]
+        keep = self._h_cross[home, dst]
+        if not keep.any():
+            return 0.0, load
+        key = np.unique(t[keep] * nd + dst[keep])  # one copy per tensor and receiving device
+        tu, du = key // nd, key % nd
+        hu = d[self.t_prod[tu]]
+        link = self._h_lat[hu, du] + self._h_bytes[tu] * self._h_inv[hu, du]
+        delta = link - self.t_cost[tu]
+        recv = np.where(self.free[du], 0.0, self.receive * delta)
+        np.add.at(load, du, recv)
+        if self.send:  # the sender pays once per tensor: its slowest crossing instead of t_cost
+            worst = np.full(self.t_cost.shape[0], -np.inf)
+            np.maximum.at(worst, tu, link)
+            sent = np.unique(tu)
+            home_t = d[self.t_prod[sent]]
+            np.add.at(load, home_t, np.where(self.free[home_t], 0.0, self.send * (worst[sent] - self.t_cost[sent])))
+        return float(delta.sum()), load
 
     def latency(self, group_device: np.ndarray) -> float:
         """Sequential (HETERO) latency in seconds; ``inf`` if a group is on a device not allowed."""
@@ -199,6 +263,8 @@ class Simulator:
         K.sequential_batch(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost,
                            self.r_ptr, self.r_grp, self.r_time, self.u_src, self.u_dst, self.counted,
                            self.overhead, out, *self._scratch())
+        if self._hosts is not None:
+            out += np.array([self.host_terms(row)[0] for row in d])
         return out
 
     def subgraphs(self, group_device: np.ndarray) -> np.ndarray:
@@ -214,8 +280,9 @@ class Simulator:
         d = self._check(group_device)
         label = self.subgraphs(d)
         opened = np.zeros(self.n_groups, np.bool_)
-        return float(K.parallel_latency(d, self.time_full, self.zero, self.p_ptr, self.p_src, self.p_cost, label,
-                                        self.counted, self.overhead, self._finish, self._avail, opened))
+        return max(self.dram_seconds(d),
+                   float(K.parallel_latency(d, self.time_full, self.zero, self.p_ptr, self.p_src, self.p_cost, label,
+                                            self.counted, self.overhead, self._finish, self._avail, opened)))
 
     def concurrent_subgraphs(self, group_device: np.ndarray) -> tuple[np.ndarray, int]:
         """(label per group, number of labels) of the concurrent executor's subgraphs."""
@@ -232,11 +299,11 @@ class Simulator:
         if not self.n_groups:
             return 0.0
         label, k = self.concurrent_subgraphs(d)
-        return request + float(K.concurrent_makespan(d, self.time_full, self.zero, self.p_ptr, self.p_src,
+        return request + max(self.dram_seconds(d), float(K.concurrent_makespan(d, self.time_full, self.zero, self.p_ptr, self.p_src,
                                                      self.p_cost, label, k, self.n_devices,
                                                      self.overhead if launch is None else launch, handover,
                                                      self.t_ptr, self.t_prod, self.t_cons, self.t_bytes,
-                                                     float(convert)))
+                                                     float(convert))))
 
     def loads(self, group_device: np.ndarray) -> np.ndarray:
         """Seconds of one request each device works (the throughput model's ``load[d]``)."""
@@ -246,14 +313,74 @@ class Simulator:
                        self.r_time, self.u_src, self.u_dst, self.counted, self.served_overhead, self.send, self.receive,
                        self.free, out, self._stamp, self._label, self._parent, self._label2, self._stage,
                        self._comp0, self._flags, self._seen)
+        if self._hosts is not None:
+            out += self.host_terms(d)[1]
         return out
 
     def period(self, group_device: np.ndarray, requests: float | None = None) -> float:
         """Steady-state seconds per request with ``requests`` in flight (default: the objective's,
-        else 2): ``max(latency / requests, max load)``, every subgraph at the served cost
-        (:attr:`served_overhead`)."""
+        else 2): ``max(latency / requests, max load, DRAM seconds)``, every subgraph at the served
+        cost (:attr:`served_overhead`); the DRAM term is :meth:`dram_seconds`."""
         n = self.requests if requests is None else float(requests)
-        return max(self.served_latency(group_device) / n, float(self.loads(group_device).max(initial=0.0)))
+        return max(self.served_latency(group_device) / n, float(self.loads(group_device).max(initial=0.0)),
+                   self.dram_seconds(group_device))
+
+    # --- devices of one DRAM running at once ---------------------------------------------------
+
+    @staticmethod
+    def _dram_matrix(problem: PlacementProblem):
+        """Per share of the problem's ``dram_shares``, seconds per (group, device) its traffic takes
+        of the share's bandwidth (0 on devices outside the share); None without shares."""
+        if problem.dram_bytes is None or not problem.dram_shares:
+            return None
+        out = []
+        for ix, bw in problem.dram_shares:
+            m = np.zeros_like(problem.dram_bytes)
+            m[:, list(ix)] = problem.dram_bytes[:, list(ix)] / bw
+            out.append(m)
+        return np.stack(out)
+
+    def dram_seconds(self, group_device: np.ndarray) -> float:
+        """Seconds one request's traffic keeps the busiest shared DRAM busy: Σ over the groups placed
+        on the devices of a share of their bytes / the share's bandwidth (max over shares). Devices of
+        one DRAM running at once (requests in flight, the concurrent executor) cannot serve requests
+        faster than it, whatever each device's own bandwidth; 0 without shared DRAMs (a target
+        ``[[shares]]`` resource = "memory" with a ``bandwidth``)."""
+        if self._dram is None or not self.n_groups:
+            return 0.0
+        d = self._check(group_device)
+        return float(self._dram[:, np.arange(d.shape[0]), d].sum(axis=1).max())
+
+    def dram_seconds_all(self, matrix: np.ndarray) -> np.ndarray:
+        """:meth:`dram_seconds` of every row of a (placements x groups) matrix."""
+        d = self._check(np.atleast_2d(matrix))
+        if self._dram is None or not self.n_groups:
+            return np.zeros(d.shape[0])
+        return self._dram[:, np.arange(d.shape[1])[None, :], d].sum(axis=2).max(axis=0)
+
+    # --- energy ---------------------------------------------------------------------------------
+
+    def compute_by_device(self, group_device: np.ndarray) -> np.ndarray:
+        """Seconds each device computes in one request (its groups, and each unit of replicated ops
+        once on every device one of its groups is on)."""
+        d = self._check(group_device)
+        out = np.bincount(d, weights=self.time[np.arange(d.shape[0]), d], minlength=self.n_devices)
+        for u in range(self.r_time.shape[0]):
+            for j in np.unique(d[self.r_grp[self.r_ptr[u]:self.r_ptr[u + 1]]]):
+                out[j] += self.r_time[u, j]
+        return out
+
+    def energy(self, group_device: np.ndarray) -> float:
+        """Joules of one request under the problem's :class:`Energy` (see :mod:`hdp.placement.objective`):
+        idle watts of all devices times the latency, plus each device's active watts beyond its idle
+        ones times the seconds it computes. Reckoned from those terms, not from :meth:`cost`'s
+        weighted problem (tests compare the two)."""
+        ob = self.objective
+        if not isinstance(ob, Energy):
+            raise ValueError("energy needs the problem's objective to be Energy (its watts per device)")
+        busy = self.compute_by_device(group_device)
+        extra = np.asarray(ob.active, np.float64) - np.asarray(ob.idle, np.float64)
+        return float(sum(ob.idle)) * self.latency(group_device) + float(extra @ busy)
 
     def served_latency(self, group_device: np.ndarray) -> float:
         """One request's latency with every subgraph at the served cost (:attr:`served_overhead`)."""
@@ -263,10 +390,12 @@ class Simulator:
         return comp + copy + self.served_overhead * nsub
 
     def cost(self, group_device: np.ndarray) -> float:
-        """The problem's objective in seconds per request (lower is better)."""
+        """The problem's objective: seconds per request (joules under :class:`Energy`), lower is better."""
         ob = self.objective
         if isinstance(ob, Throughput):
             return self.period(group_device)
+        if self._joules is not None:
+            return self._joules.latency(group_device)
         if isinstance(ob, Concurrent):
             return self.latency_concurrent(group_device, ob.launch, ob.handover, ob.request, ob.convert)
         return self.latency(group_device)
@@ -276,14 +405,20 @@ class Simulator:
         ob = self.objective
         if isinstance(ob, Concurrent):
             return self.latencies_concurrent(matrix, ob.launch, ob.handover, ob.request, ob.convert)
+        if self._joules is not None:
+            return self._joules.latencies(matrix)
         if not isinstance(ob, Throughput):
             return self.latencies(matrix)
         d = self._check(np.atleast_2d(matrix))
+        if self._hosts is not None:
+            return np.array([self.period(row) for row in d])
         out = np.empty(d.shape[0])
         K.throughput_batch(d, self.res_src, self.time, self.t_ptr, self.t_prod, self.t_cons, self.t_cost,
                            self.r_ptr, self.r_grp, self.r_time, self.u_src, self.u_dst, self.counted,
                            self.served_overhead, self.requests, self.send, self.receive, self.free, out, self._load,
                            *self._scratch())
+        if self._dram is not None:
+            np.maximum(out, self.dram_seconds_all(d), out=out)
         return out
 
     def memory(self, group_device: np.ndarray) -> np.ndarray:
@@ -295,14 +430,27 @@ class Simulator:
         return out
 
     def feasible(self, group_device: np.ndarray) -> bool:
-        """Whether every device's memory fits its capacity."""
-        return bool((self.memory(group_device) <= self.capacity).all())
+        """Whether every device's memory fits its capacity (and every host's, on several hosts)."""
+        mem = self.memory(group_device)
+        return bool((mem <= self.capacity).all()) and not self._hosts_over(mem)
 
     def over(self, group_device: np.ndarray) -> list[tuple[str, float, float]]:
-        """``(device, bytes needed, capacity)`` of every device the placement overfills."""
+        """``(device, bytes needed, capacity)`` of every device the placement overfills, then
+        ``("host NAME", bytes, capacity)`` of every host."""
         mem = self.memory(group_device)
         return [(self.devices[j], float(mem[j]), float(self.capacity[j]))
-                for j in range(self.n_devices) if mem[j] > self.capacity[j]]
+                for j in range(self.n_devices) if mem[j] > self.capacity[j]] + self._hosts_over(mem)
+
+    def _hosts_over(self, mem: np.ndarray) -> list[tuple[str, float, float]]:
+        h = self._hosts
+        if h is None:
+            return []
+        out = []
+        for i, name in enumerate(h.names):
+            on = float(mem[h.devices_of(i)].sum())
+            if on > float(h.capacity[i]):
+                out.append((f"host {name}", on, float(h.capacity[i])))
+        return out
 
     def latencies_concurrent(self, matrix: np.ndarray, launch: float | None = None, handover: float = 0.0,
                              request: float = 0.0, convert: float = 0.0) -> np.ndarray:
@@ -316,6 +464,8 @@ class Simulator:
                            self.n_devices, self.overhead if launch is None else launch, handover, request,
                            self.t_ptr, self.t_prod, self.t_cons, self.t_bytes, float(convert), out,
                            self._label, self._parent, self._label2, self._stage)
+        if self._dram is not None:
+            np.maximum(out, request + self.dram_seconds_all(d), out=out)
         return out
 
     def report(self, group_device: np.ndarray) -> dict:
@@ -337,10 +487,21 @@ class Simulator:
             served = comp + copy + self.served_overhead * nsub  # :meth:`served_latency` from the terms above
             out["period"] = max(served / self.requests, float(loads.max(initial=0.0)))
             out["load"] = ", ".join(f"{n} {v * 1e3:.4g} ms" for n, v in zip(self.devices, loads))
+        if isinstance(ob, Energy):
+            out["energy"] = self.energy(group_device)
+        if self._dram is not None:
+            out["dram"] = self.dram_seconds(group_device)
         if self.problem.memory_binds:
-            from hdp.placement.memory import size_text
-
             out["memory"] = ", ".join(
                 f"{n} {size_text(v)}" + (f" of {size_text(c)}" if np.isfinite(c) else "")
                 for n, v, c in zip(self.devices, self.memory(group_device), self.capacity))
+        if self._hosts is not None:
+            d = self._check(group_device)
+            mem = self.memory(d)
+            h = self._hosts
+            out["hosts"] = "; ".join(
+                f"{name}: " + (",".join(self.devices[j] for j in h.devices_of(i) if (d == j).any()) or "-")
+                + f" {size_text(float(mem[h.devices_of(i)].sum()))}"
+                + (f" of {size_text(float(h.capacity[i]))}" if np.isfinite(h.capacity[i]) else "")
+                for i, name in enumerate(h.names))
         return out

@@ -57,7 +57,7 @@ it (:func:`hdp.placement.subgraphs.untangle`). The connections it needs are comp
 (:attr:`Structure.h_src`): the written model's edges between placed ops, through private copies
 of constant data and replicated chains, and a live ShapeOf's read of its input
 (``Graph.live_shapes``). Failures that remain (a fragile tensor cut inside a replicated chain by
-such a split, ...) are found by ``hdp compile``'s check and repaired (:mod:`hdp.runtime.verify`).
+such a split, ...) are found by ``hdp compile``'s check and repaired (:mod:`hdp.runtime.serve.verify`).
 
 Groups are numbered in a topological order of the contracted graph.
 
@@ -74,7 +74,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.ir.build import csr, disjoint_set, edge_sources, predecessors_csr, topological_order
 from hdp.ir.types import Graph
 
@@ -191,7 +191,7 @@ def roles(graph: Graph) -> np.ndarray:
 
 def build_structure(graph: Graph, extra_ties=(), closed: bool = True) -> Structure:
     """The :class:`Structure` of ``graph``; ``extra_ties`` are more pairs of ops that must share a
-    device (learned when a placement failed its check, see :mod:`hdp.runtime.verify`).
+    device (learned when a placement failed its check, see :mod:`hdp.runtime.serve.verify`).
     ``closed=False``: the ties alone make the groups (cost graphs, see the module docstring)."""
     n = graph.n_ops
     types = [op.type for op in graph.ops]

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp.placement.problem import PlacementProblem
+from hdp.placement.repair import best_single_device
+from hdp.placement.simulate import Simulator
 from hdp.placement.structure import Structure
 
 
@@ -97,8 +99,6 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
         return np.asarray(group_device, np.int16), 0
     sim = None
     if problem.has_costs and not nearest:
-        from hdp.placement.simulate import Simulator
-
         sim = Simulator(problem)
     sizes = np.diff(st.m_ptr)
 
@@ -107,7 +107,6 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
 
     candidates = [g for g in (_greedy(problem, gd0, sim, sizes),) if g is not None]
     candidates += _pipeline_cuts(problem, gd0, sim, sizes)
-    from hdp.placement.repair import best_single_device
 
     d = best_single_device(problem)
     if d >= 0:
@@ -117,7 +116,6 @@ def untangle(problem: PlacementProblem, group_device: np.ndarray, nearest: bool 
     split = np.unique(gd0).shape[0] > 1
     fits = (lambda g: True)
     if problem.memory_binds:  # a candidate over a device's memory only when none fits
-        from hdp.placement.simulate import Simulator
 
         fits = Simulator(problem).feasible
     best = min(candidates, key=lambda g: (not fits(g), split and np.unique(g).shape[0] < 2, cost(g)))
@@ -182,7 +180,6 @@ def _pipeline_cuts(problem: PlacementProblem, gd0: np.ndarray, sim, sizes, tries
     idx = np.arange(k)
     fits = None
     if problem.memory_binds:  # cuts over a device's memory go last
-        from hdp.placement.simulate import Simulator
 
         fits = Simulator(problem).feasible if sim is None else sim.feasible
 

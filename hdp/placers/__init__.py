@@ -1,9 +1,9 @@
 """Placers: the methods behind ``--method``. Each maps a :class:`~hdp.placement.problem.PlacementProblem`
 to a device per tie group.
 
-A method is an option value from :mod:`hdp.placers.options`; :func:`place` runs its implementation,
-imported on first use from :data:`IMPLEMENTATIONS` (no registry is filled at import time, and
-nothing here imports torch or openvino).
+A method is an option value from :mod:`hdp.placers.options` (its registry,
+:data:`~hdp.placers.options.METHODS`); :func:`place` runs its implementation (the class's
+``implementation``), imported on first use (nothing here imports torch or openvino).
 
 Wall-clock times never go into a placer's ``info`` (it is part of the Module, whose bytes must be
 the same for the same input): a placer reports how long its stages took with :func:`note_time`,
@@ -22,23 +22,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdp.errors import InputError
-from hdp.placers.options import PlacerOptions
-
-#: method name -> "module:function" taking (options, PlaceContext) and returning Placed.
-IMPLEMENTATIONS = {
-    "single": "hdp.placers.basic:single",
-    "hetero-auto": "hdp.placers.basic:hetero_auto",
-    "pipeline-parallel": "hdp.placers.basic:pipeline_parallel",
-    "random": "hdp.placers.classical:random_placement",
-    "heft": "hdp.placers.classical:heft",
-    "optimal": "hdp.placers.classical:optimal",
-    "cp-sat": "hdp.placers.cpsat:cp_sat",
-    "hsdag": "hdp.placers.hsdag:hsdag",
-    "auto": "hdp.placers.auto:auto",
-    "placeto": "hdp.placers.learned:placeto",
-    "rnn-placer": "hdp.placers.learned:rnn_placer",
-}
+from hdp.base.errors import InputError
+from hdp.ir.types import Module
+from hdp.placement.memory import fit_error, size_text, smallest_need
+from hdp.placement.objective import Concurrent, Throughput
+from hdp.placement.plan import PlanDevices
+from hdp.placement.planner import plan_throughput
+from hdp.placement.problem import PlacementProblem
+from hdp.placement.simulate import Simulator
+from hdp.placement.subgraphs import untangle
+from hdp.placers.options import METHODS, PlacerOptions
+from hdp.target.streams import plan_devices
+from hdp.target.target import Target
 
 _TIMES: contextvars.ContextVar[list | None] = contextvars.ContextVar("hdp_stage_times", default=None)
 
@@ -60,7 +55,7 @@ _HEADS: contextvars.ContextVar[list | None] = contextvars.ContextVar("hdp_heads"
 
 @contextlib.contextmanager
 def measured_heads():
-    """Collect the head-to-head comparisons (``hdp.runtime.measure.HeadToHead``) placers note with
+    """Collect the head-to-head comparisons (``hdp.runtime.measure.measurer.HeadToHead``) placers note with
     :func:`note_head` inside the block (into the list this yields); outside, notes are dropped."""
     heads: list = []
     token = _HEADS.set(heads)
@@ -88,9 +83,9 @@ def note_time(stage: str, seconds: float) -> None:
 class PlaceContext:
     """What a placer may read besides its options."""
 
-    module: object  # hdp.ir.types.Module (features, coarse stages for the learned placer)
-    problem: object  # hdp.placement.problem.PlacementProblem
-    target: object = None  # hdp.runtime.target.Target (measured rewards)
+    module: Module  # its features and coarse stages (the learned placers)
+    problem: PlacementProblem
+    target: Target | None = None  # measured rewards, the method's stages on it (None: unknown)
     seed: int = 0
     timeout: float = 120.0  # seconds per measured placement before its worker is killed
     #: ``time.monotonic()`` when placing began: budgets count from here
@@ -104,10 +99,11 @@ class Placed:
 
 
 def implementation(name: str):
-    target = IMPLEMENTATIONS.get(name)
-    if target is None:
-        raise InputError(f"unknown method '{name}' (known: {', '.join(sorted(IMPLEMENTATIONS))})")
-    mod, _, fn = target.partition(":")
+    """The function that runs method ``name`` (its options class's ``implementation``)."""
+    cls = METHODS.get(name)
+    if cls is None:
+        raise InputError(f"unknown method '{name}' (known: {', '.join(sorted(METHODS))})")
+    mod, _, fn = cls.implementation.partition(":")
     return getattr(importlib.import_module(mod), fn)
 
 
@@ -122,9 +118,9 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     p = ctx.problem
     kind = p.objective.kind()
     served = options.served(ctx.target)
+    if kind == "energy":  # the latency problem whose latency is the joules: every latency method places for it
+        return _place_energy(options, ctx, served)
     if kind not in served:
-        from hdp.placers.options import METHODS
-
         able = [m for m in ("optimal", "heft", "auto", "cp-sat") if kind in METHODS[m].serves]
         if options.name() == "hsdag":
             able.insert(0, "hsdag:simulate")
@@ -135,8 +131,6 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
         raise InputError(f"method '{options.name()}' needs {', '.join(missing)}; run "
                          f"{' and '.join({'costs': 'profile', 'coarse': 'coarsen'}.get(s, s) for s in missing)} first")
     if p.memory_binds:
-        from hdp.placement.memory import fit_error
-
         why = fit_error(p)
         if why:
             raise InputError(why)
@@ -146,8 +140,9 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
         raise AssertionError(f"method '{options.name()}' returned {gd.shape} devices for {p.n_groups} groups")
     if gd.size and not p.allowed[np.arange(gd.shape[0]), gd].all():
         raise AssertionError(f"method '{options.name()}' put a group on a device not allowed for it")
-    from hdp.placement.subgraphs import untangle
 
+    if p.multi_host and gd.size and (kind != "throughput" or Simulator(p).over(gd)):
+        gd = _across_hosts(ctx, gd, placed.info)
     before = gd
     # HETERO must not cut a state's subgraph (hdp.placement.subgraphs); a random placement is kept
     # as near as legal, a placement chosen for its speed as fast as legal
@@ -155,17 +150,78 @@ def place(options: PlacerOptions, ctx: PlaceContext) -> Placed:
     if moved:
         placed.info["untangled_groups"] = moved
         if p.has_costs:
-            from hdp.placement.simulate import Simulator
-
             placed.info["untangled_from_s"] = f"{Simulator(p).latency(before):.6g}"
     if p.memory_binds and gd.size:
-        from hdp.placement.memory import size_text
-        from hdp.placement.simulate import Simulator
-
         over = Simulator(p).over(gd)
         if over:
             dev, need, cap = over[0]
+            if dev.startswith("host "):
+                raise InputError(f"{options.label()}: no placement found within the hosts' memory: it needs "
+                                 f"{size_text(need)} on {dev}, over its memory of {size_text(cap)} "
+                                 f"({hosts_text(p)}; the model needs at least {size_text(smallest_need(p))})")
             raise InputError(f"{options.label()}: its placement needs {size_text(need)} on {dev}, over its memory "
                              f"of {size_text(cap)} (--memory {dev}=SIZE; optimal and heft respect capacities)")
     placed.group_device = gd
+    return placed
+
+
+#: Seconds the plan search across hosts takes at most for a placement on several hosts.
+ACROSS_HOSTS_SECONDS = 60.0
+
+
+def hosts_text(p: PlacementProblem) -> str:
+    """``hosts hold a 8 GiB, b 8 GiB``: what each host of a problem holds."""
+    h = p.hosts
+    caps = p.caps
+    room = [min(float(h.capacity[i]), float(caps[h.devices_of(i)].sum())) for i in range(h.n_hosts)]
+    return "hosts hold " + ", ".join(f"{n} {size_text(r)}" if np.isfinite(r) else f"{n} unlimited"
+                                     for n, r in zip(h.names, room))
+
+
+def _across_hosts(ctx: PlaceContext, gd: np.ndarray, info: dict) -> np.ndarray:
+    """On several hosts the methods price every crossing by ``t_cost`` and hold no host's memory:
+    the placement kept is the better (simulated on the hosts, fitting every device and host) of the
+    method's and the placements of the plans the search across hosts finds
+    (:func:`hdp.placement.planner.plan_across_hosts`; for latency with one request in flight, whose
+    period is the latency; under throughput only when the method's placement overfills a host);
+    ``info["hosts_plan"]`` says which."""
+    p = ctx.problem
+    if isinstance(p.objective, Concurrent):
+        raise InputError("--execution concurrent runs one process on one host; this target has several hosts "
+                         "(plan across them with the sequential latency or --objective throughput)")
+    sim = Simulator(p)
+    devices = plan_devices(ctx.target, p.devices) if ctx.target is not None else PlanDevices.independent(p.n_devices)
+    n = p.objective.requests if isinstance(p.objective, Throughput) else 1
+    search = plan_throughput(p, devices, n, time_limit=ACROSS_HOSTS_SECONDS)
+    mine = sim.cost(gd) if sim.feasible(gd) else np.inf
+    best, best_v, how = gd, mine, "the method's placement"
+    for f in [*search.singles.values(), search.pipeline, search.contiguous, search.best]:
+        if f.plan is None:
+            continue
+        cand = np.asarray(f.plan.representative(), np.int16)
+        if not p.allowed[np.arange(cand.shape[0]), cand].all() or not sim.feasible(cand):
+            continue
+        v = sim.cost(cand)
+        if v < best_v * (1 - 1e-9):
+            best, best_v, how = cand, v, f"the plan search across hosts ({f.plan.describe(p.devices)})"
+    info["hosts_plan"] = how
+    return best
+
+
+def _place_energy(options: PlacerOptions, ctx: PlaceContext, served) -> Placed:
+    """:func:`place` under the Energy objective: the method places the problem's latency view
+    (:meth:`~hdp.placement.problem.PlacementProblem.as_latency`, whose sequential latency is the
+    joules of one request), which is exact wherever the method is exact for latency; ``info`` gets
+    the placement's ``energy_j`` and simulated ``latency_s``. Energy is reckoned from modeled
+    devices' watts, so a method that measures (on real devices) does not serve it."""
+    if "latency" not in served or (ctx.target is not None and any(d.kind == "real" for d in ctx.target.devices)):
+        raise InputError(f"method '{options.label()}' cannot place for the energy objective here: energy is "
+                         f"simulated from modeled devices' watts (a target of modeled devices, a method that "
+                         f"places for latency)")
+    p = ctx.problem
+    placed = place(options, PlaceContext(module=ctx.module, problem=p.as_latency(), target=ctx.target, seed=ctx.seed,
+                                         timeout=ctx.timeout, started=ctx.started))
+    sim = Simulator(p)
+    placed.info["energy_j"] = f"{sim.energy(placed.group_device):.6g}"
+    placed.info["latency_s"] = f"{sim.latency(placed.group_device):.6g}"
     return placed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdp.jit import njit
+from hdp.base.jit import njit
 
 
 @njit(cache=True)

@@ -61,30 +61,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from hdp.placers import PlaceContext, Placed, note_head, note_time, place
-from hdp.placers.measured import RUN_SLACK, MeasuredEvaluator, compile_estimate, ms
+from hdp.base.errors import InputError
+from hdp.placement.memory import size_text
 from hdp.placement.objective import Latency
+from hdp.placement.simulate import Simulator
+from hdp.placers import PlaceContext, Placed, measured, note_head, note_time, place
+from hdp.placers import plan as plans
+from hdp.placers.auto_refine import refine_measured, time_left, train
+from hdp.placers.measured import RUN_SLACK, compile_estimate, ms, run_scale
 from hdp.placers.options import Auto, Heft, HeteroAuto, Optimal
-from hdp.placers.pipelines import pipeline_candidates
+from hdp.placers.pipelines import neighbour_cuts, pipeline_candidates
+from hdp.placers.refine import refine
+from hdp.runtime.measure.measurement import MeasureError
+from hdp.runtime.measure.measurer import Measurer
+from hdp.runtime.serve.report import sim_vs_measured
 
 #: Mixed candidates simulated slower than this × the best single device are not measured.
 MIXED_CUT = 1.2
 #: Warm-up runs of every measured placement.
 WARMUP = 2
-#: Measured refinement runs only if the budget leaves time for this many placements (the warm
-#: start's included) besides its final comparison.
-MIN_LEARN_EVALS = 5
-#: Seconds to import torch and torch_geometric for the learning stage, when not imported yet (6.2-7.7 s
-#: in the partition rows of bench/results/auto-virtual-2026-11-30 at load 1-2 on the 2-core VM).
-IMPORT_SECONDS = 8.0
-#: The gain threshold of the learning stage's early stop is at most this (relative), however noisy.
-MAX_NOISE = 0.2
 #: Ties between simulated latencies (relative).
 SIM_TIE = 1e-9
 
@@ -106,24 +106,19 @@ class Cand:
         return self.name + (f" (= {', '.join(self.also)})" if self.also else "")
 
 
-def _left(deadline: float | None) -> float:
-    return math.inf if deadline is None else deadline - time.monotonic()
 
 
 def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]:
     """The cheap candidates, in preference order: single devices by simulated latency, then the
     others by simulated latency (duplicates dropped, the first name kept)."""
-    from hdp.placers.refine import refine
-    from hdp.placement.simulate import Simulator
 
-    from hdp.errors import InputError
 
     p = ctx.problem
     sim = Simulator(p)
     named: list[tuple[str, np.ndarray, bool]] = [
         (f"single:{d}", p.single(j), True) for j, d in enumerate(p.devices)
         if p.allowed[:, j].all() and sim.feasible(p.single(j))]
-    left = _left(deadline)
+    left = time_left(deadline)
     opt = Optimal() if left == math.inf else Optimal(time_limit=max(1.0, min(60.0, 0.25 * left)))
     failed: InputError | None = None
     for label, opts in (("optimal", opt), ("heft", Heft()), ("hetero-auto", HeteroAuto())):
@@ -158,6 +153,22 @@ def candidates(o: Auto, ctx: PlaceContext, deadline: float | None) -> list[Cand]
     return sorted(seen.values(), key=lambda c: (not c.single, c.sim))
 
 
+def left_out(p) -> list[str]:
+    """Why each device that is not a single-device candidate is not one: an op it does not run, or
+    the memory it cannot hold (``single:GPU: needs 512 MiB, holds 200 MiB``)."""
+    sim = Simulator(p)
+    out = []
+    for j, d in enumerate(p.devices):
+        if not p.allowed[:, j].all():
+            out.append(f"single:{d} (it does not run every op)")
+            continue
+        over = [o for o in sim.over(p.single(j)) if o[0] == d] or sim.over(p.single(j))
+        if over:
+            out.append(f"single:{d} ({over[0][0]} cannot hold the model: needs {size_text(over[0][1])}, "
+                       f"holds {size_text(over[0][2])})")
+    return out
+
+
 def _simulated_best(cands: list[Cand]) -> Cand:
     """The lowest simulated latency; among ties, the first in preference order."""
     low = min(c.sim for c in cands)
@@ -178,11 +189,13 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
     note_time("auto: candidates", time.monotonic() - t0)
     lb = p.lower_bound()
     what = "simulated" if p.objective.kind() == "latency" else f"simulated seconds per request, {p.objective.label()}"
+    missing = left_out(p)
     lines = [f"candidates ({what}): " + ", ".join(f"{c.label} {ms(c.sim)}" for c in cands)
-             + (f"; lower bound {ms(lb)}" if p.objective.kind() == "latency" else "")]  # it bounds latency only
+             + (f"; lower bound {ms(lb)}" if p.objective.kind() == "latency" else "")  # it bounds latency only
+             + (f"; not candidates: {'; '.join(missing)}" if missing else "")]
     info: dict = {"candidates": ",".join(c.name for c in cands)}
-    if p.objective.kind() == "throughput" and real:
-        return _served(o, ctx, cands, lines, info, deadline)
+    if p.objective.kind() == "throughput":
+        return _throughput(o, ctx, cands, lines, info, deadline, real)
     if p.objective.kind() != "latency":
         return _by_objective(ctx, cands, lines, info)
     if not real:
@@ -195,7 +208,7 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
             info["measured_s"] = f"{stats_['median']:.6g}"
         gd, src = win.gd, win.name
         if o.learns(ctx.target):
-            learned = _refine_measured(o, ctx, measurer, win, stats_, lines, deadline)
+            learned = refine_measured(o, ctx, measurer, win, stats_, lines, deadline)
             if learned is not None:
                 gd, src = learned[0], learned[1]
                 info["measured_s"] = f"{learned[2]:.6g}"
@@ -208,9 +221,42 @@ def auto(o: Auto, ctx: PlaceContext) -> Placed:
 
 def _measurer(o: Auto, ctx: PlaceContext):
     """The Measurer of the measured stages (tests replace it with a fake)."""
-    from hdp.runtime.measure import Measurer
 
     return Measurer(ctx.module, ctx.target, runs=o.measure_runs, warmup=WARMUP, timeout=ctx.timeout)
+
+
+def _throughput(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadline, real: bool) -> Placed:
+    """Every shape of serving plan searched (:mod:`hdp.placers.plan`); ``plans=no``: a placement as
+    before, the best plan named beside it; ``plans=yes``: a plan, on a modeled target the simulator's
+    (:func:`hdp.placers.plan.kept`), on a real one served with the placements (:func:`_served`)."""
+    left = time_left(deadline)
+    t0 = time.monotonic()
+    found = plans.search(ctx, time_limit=60.0 if left == math.inf else max(2.0, min(60.0, 0.25 * left)))
+    note_time("auto: plans", time.monotonic() - t0)
+    lines.append(plans.summary(found))
+    best, why = plans.kept(found)
+    if o.plans == "no":
+        placed = _served(o, ctx, cands, lines, info, deadline) if real else _by_objective(ctx, cands, lines, info)
+        note = plans.better_plan(found, best, placed.group_device)
+        if note:
+            placed.info.update(report=placed.info["report"] + "\n" + note, best_plan=best.plan.describe(ctx.problem.devices))
+        return placed
+    if real:
+        return _served(o, ctx, cands, lines, info, deadline, found)
+    return _kept_plan(ctx, cands, found, lines, info, "a modeled target: the simulator is the measure here")
+
+
+def _kept_plan(ctx, cands: list[Cand], found, lines: list[str], info: dict, where: str) -> Placed:
+    """The plan :func:`hdp.placers.plan.kept` keeps on the simulator's word (``where`` says why
+    that is the word here)."""
+    best, why = plans.kept(found)
+    if best.plan is None:
+        return _by_objective(ctx, cands, lines, info)
+    lines.append(plans.kept_line(found, best, why, where))
+    info.update(plans.plan_info(found, best))
+    info.update(Simulator(ctx.problem).report(plans.representative(best)))
+    info.update(stages="candidates,plans", chosen=f"plan:{best.plan.shape}", report="\n".join(lines))
+    return Placed(plans.representative(best), info)
 
 
 def _by_objective(ctx, cands: list[Cand], lines: list[str], info: dict) -> Placed:
@@ -223,18 +269,12 @@ def _by_objective(ctx, cands: list[Cand], lines: list[str], info: dict) -> Place
                  f"under {ctx.problem.objective.label()} "
                  + ("(simulated only: `hdp evaluate` measures this objective)" if real
                     else "(a modeled target: the simulator is the measure here)"))
-    from hdp.placement.simulate import Simulator
 
     info.update(Simulator(ctx.problem).report(win.gd))
     info.update(stages="candidates", chosen=win.name, report="\n".join(lines))
     return Placed(np.asarray(win.gd, np.int16), info)
 
 
-#: Cut moves (tie groups) around the best two-stage pipeline that :func:`_served` also serves: on
-#: virtual-2x1 a ResNet-50 pipeline cut after 48 % of its ops served 0.94 (2 in flight) and 0.91 (4)
-#: of the plain two-stream compile's rate, cut after 50 or 52 % 0.98-0.99 (one process, 12 windows
-#: each side by side): differences of a block or two that a profile's noise cannot rank.
-SERVED_MOVES = (-1, 1, -3, 3)
 #: Windows each side of one served candidate (beside the plain first device).
 SERVED_WINDOWS = 8
 #: Under throughput, a mixed candidate with fewer HETERO subgraphs than the simulated best and a
@@ -254,32 +294,13 @@ def _simplest(cands: list[Cand], best: Cand) -> Cand:
     return min(near, key=lambda c: (c.subgraphs, c.sim), default=best) if not best.single else best
 
 
-def _neighbour_cuts(p, sim, gd: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Two-stage pipelines whose cut is :data:`SERVED_MOVES` groups from ``gd``'s (a two-stage
-    pipeline: groups up to the cut on one device, the rest on another), allowed and fitting."""
-    gd = np.asarray(gd, np.int16)
-    change = np.nonzero(gd[1:] != gd[:-1])[0]
-    if change.size != 1:
-        return []
-    cut, a, b = int(change[0]) + 1, int(gd[0]), int(gd[-1])
-    idx = np.arange(p.n_groups)
-    out = []
-    for m in SERVED_MOVES:
-        c = cut + m
-        if 1 <= c < p.n_groups:
-            cand = np.where(idx < c, a, b).astype(np.int16)
-            if p.allowed[idx, cand].all() and sim.feasible(cand):
-                out.append((f"pipeline:{p.devices[a]}>{p.devices[b]}@{m:+d}", cand))
-    return out
-
-
-def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadline) -> Placed:
+def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadline, found=None) -> Placed:
     """Throughput on a real target, in preference order: the best single device, the split with the
     fewest subgraphs near the simulated best (:func:`_simplest`), the simulated best, the cuts next
     to the best two-stage pipeline's and the next ``top`` mixed candidates by simulation are served
     with the objective's requests in flight, each beside the compile of the first device that runs
     the whole model (as the target configures it), windows alternating
-    (:meth:`hdp.runtime.measure.Measurer.serve_beside`), until the budget runs out (the first two
+    (:meth:`hdp.runtime.measure.measurer.Measurer.serve_beside`), until the budget runs out (the first two
     are served whatever the budget: Inception-V3 kept one device when only it fitted). The first one
     served is kept unless a later one serves faster than the one kept so far beyond noise (its
     measured period, as a multiple of that device's, has a 95 % interval whose upper end is below
@@ -287,8 +308,13 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     alone, served beside every candidate, stands in for the best single device when it is that
     device (its ratio is 1 by definition). Without a device that runs the whole model, or when
     nothing could be served, the simulated best (a split that could not be served is not kept over
-    a single device standing in)."""
-    from hdp.placement.simulate import Simulator
+    a single device standing in).
+
+    With ``found`` (a plan search, ``plans=yes``), its plans of other shapes are served too, each
+    written to a temporary directory and served in a process of its own beside the same device
+    alone (:func:`hdp.placers.plan.serve_candidate`): the best single device with its streams and
+    the whole model on several devices right after the single device, a mixed plan last; the
+    result carries the plan kept (a placement kept is a plan of its own: one stage per device)."""
 
     p = ctx.problem
     sim = Simulator(p)
@@ -296,19 +322,24 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
     simple = _simplest(cands, win)
     ref = next((d for d in range(p.n_devices) if p.allowed[:, d].all()), None)
     if ref is None:
+        if found is not None:
+            return _kept_plan(ctx, cands, found, lines, info, "no device runs the whole model to serve beside")
         return _by_objective(ctx, cands, lines, info)
     pipes = [c for c in cands if c.name.startswith("pipeline:")]
     singles = sorted((c for c in cands if c.single), key=lambda c: c.sim)
     # in preference order: a later candidate must serve faster than the one kept so far beyond noise
-    queue = [(singles[0].name, singles[0].gd)] if singles else []
-    queue += [(simple.name, simple.gd), (win.name, win.gd)]
+    queue = [(singles[0].name, singles[0].gd, None)] if singles else []
+    queue += plans.queue(found, ("single", "replicas"))
+    queue += [(simple.name, simple.gd, None), (win.name, win.gd, None)]
     if pipes:
-        queue += _neighbour_cuts(p, sim, min(pipes, key=lambda c: (c.sim, c.subgraphs)).gd)
+        queue += [(n, g, None) for n, g in neighbour_cuts(p, sim, min(pipes, key=lambda c: (c.sim, c.subgraphs)).gd)]
     mixed = sorted((c for c in cands if not c.single and c is not win and c is not simple),
                    key=lambda c: (c.sim, c.subgraphs))
-    queue += [(c.name, c.gd) for c in mixed[:o.top]]
-    seen: set[bytes] = set()
+    queue += [(c.name, c.gd, None) for c in mixed[:o.top]]
+    queue += plans.queue(found, ("mixed",))
+    seen: set = set()
     served: list[tuple[str, np.ndarray, float, float, float]] = []
+    plan_of: dict[str, object] = {}
     n = int(p.objective.requests)
     plain = p.devices[ref]
     stand_in = ""
@@ -319,15 +350,26 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
         seen.add(np.asarray(singles[0].gd, np.int16).tobytes())
         stand_in = f"; {singles[0].name} is that reference itself, not served apart"
     # the single device and the simplest near-best split are served whatever the budget
-    must = len({np.asarray(gd, np.int16).tobytes() for _, gd in queue[:2]})
+    def key_of(gd, f):
+        return f.plan.key() if f is not None else np.asarray(gd, np.int16).tobytes()
+
+    must = len({key_of(gd, f) for _, gd, f in queue[:2]})
     measurer = _measurer(o, ctx)
     t0 = time.monotonic()
     try:
-        for name, gd in queue:
-            key = np.asarray(gd, np.int16).tobytes()
-            if key in seen or (len(served) >= must and _left(deadline) <= 0):
+        for name, gd, f in queue:
+            key = key_of(gd, f)
+            if key in seen or (len(served) >= must and time_left(deadline) <= 0):
                 continue
             seen.add(key)
+            if f is not None:
+                got = plans.serve_candidate(ctx, f, plain, n, SERVED_WINDOWS, ctx.timeout * 4)
+                if isinstance(got, str):
+                    lines.append(f"served {name}: {got}")
+                    continue
+                served.append((name, np.asarray(gd, np.int16), *got))
+                plan_of[name] = f
+                continue
             placed, alone = measurer.serve_beside(p.op_devices(gd), p.devices, plain, {}, requests=n,
                                                   batches=SERVED_WINDOWS)
             if not (placed.ok and alone.ok):
@@ -339,6 +381,8 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
         measurer.close()
         note_time("auto: served", time.monotonic() - t0)
     if not served:
+        if found is not None:
+            return _kept_plan(ctx, cands, found, lines, info, "nothing could be served")
         return _by_objective(ctx, cands, lines, info)
     lines.append(f"served with {n} requests in flight, each beside {plain} alone as the target configures it "
                  f"(seconds per request as a multiple of that device's, 95 % CI){stand_in}: "
@@ -351,11 +395,16 @@ def _served(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, deadl
         if x[4] < best[2]:
             why.append(f"{x[0]} served faster than {best[0]} beyond noise")
             best = x
+    f = (plan_of.get(best[0]) or plans.from_placement(found, best[1])) if found is not None else None
+    what = f"the {f.plan.shape} plan {f.plan.describe(p.devices)}" if f is not None else best[0]
     if why:
-        lines.append(f"kept {best[0]} ({sim.cost(best[1]) * 1e3:.3f} ms per request simulated): " + "; ".join(why))
+        simulated = f.value if f is not None else sim.cost(best[1])
+        lines.append(f"kept {what} ({simulated * 1e3:.3f} ms per request simulated): " + "; ".join(why))
     else:
-        lines.append(f"kept {best[0]}" + (": no other candidate served faster beyond noise" if len(served) > 1 else ""))
+        lines.append(f"kept {what}" + (": no other candidate served faster beyond noise" if len(served) > 1 else ""))
     info.update(sim.report(best[1]))
+    if f is not None:
+        info.update(plans.plan_info(found, f))
     info.update(stages="candidates,served", chosen=best[0], served_ratio=f"{best[2]:.6g}", report="\n".join(lines))
     return Placed(best[1], info)
 
@@ -366,7 +415,7 @@ def _modeled(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, dead
                  + (" (single devices first among equals)" if len(cands) > 1 else ""))
     gd, src = win.gd, win.name
     if o.learns(ctx.target):
-        r = _train(o, ctx, win, None, deadline, min_gain=0.0, reserve=0)
+        r = train(o, ctx, win, None, deadline, min_gain=0.0, reserve=0)
         lines.append(f"learning (simulated reward, hsdag warm-started from {win.name}): {r.evaluations} "
                      f"placements, stopped: {r.stopped}")
         if r.best_device_of is not None and r.best_latency < win.sim * (1 - SIM_TIE):
@@ -386,7 +435,6 @@ def _modeled(o: Auto, ctx, cands: list[Cand], lines: list[str], info: dict, dead
 
 def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], deadline):
     """Stage 2: (the winner, its measured statistics or None when nothing was measured)."""
-    from hdp.placers import measured
 
     singles = [c for c in cands if c.single][:o.singles]
     bar = singles[0].sim * MIXED_CUT if singles else math.inf
@@ -397,7 +445,6 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
         lines.append(f"kept {win.name}: the only candidate worth measuring (mixed candidates simulated more "
                      f"than {MIXED_CUT:g}× the best single device are not measured)")
         return win, None
-    from hdp.runtime.measure import MeasureError
 
     plan = measured.plan(o.resolution)
     n_ops = ctx.problem.n_ops
@@ -410,8 +457,7 @@ def _head_to_head(o: Auto, ctx, measurer, cands: list[Cand], lines: list[str], d
         lines.append(f"not measured: {e}; kept {win.name} by simulation ({ms(win.sim)})")
         return win, None
     note_time("auto: measuring worker start", time.monotonic() - t0)
-    left = _left(deadline)
-    from hdp.placers.measured import run_scale
+    left = time_left(deadline)
 
     scale = run_scale(ctx.module, [(c.name.partition(":")[2], c.sim) for c in cands if c.single]) * RUN_SLACK
     floor = min((c.sim for c in cands if c.single), default=0.0)  # mixed placements rarely run faster than simulated
@@ -466,98 +512,6 @@ def _summary(final: list[Cand], ch) -> str:
 
 def _sim_vs_measured(final: list[Cand], ch) -> str:
     """How far the simulator is from the head-to-head's medians, per candidate measured."""
-    from hdp.runtime.report import sim_vs_measured
 
     pairs = [(c.name, c.sim, ch.medians[i]) for i, c in enumerate(final) if i in ch.medians]
     return sim_vs_measured(pairs)
-
-
-def _train(o: Auto, ctx, win: Cand, evaluate, deadline, *, min_gain: float, reserve: float):
-    """The HSDAG policy warm-started from ``win``, trained on ``evaluate`` (None: the simulator)."""
-    t0 = time.monotonic()
-    from hdp.learn.graph import build_learn_graph
-    from hdp.learn.trainer import TrainConfig, train
-
-    note_time("auto: importing torch", time.monotonic() - t0)
-    t0 = time.monotonic()
-    p = ctx.problem
-    if evaluate is None:
-        from hdp.placement.simulate import Simulator
-
-        evaluate = Simulator(p).latency
-    lg = build_learn_graph(ctx.module, p)
-    cfg = TrainConfig.of(o, deadline=deadline, reserve_evals=reserve, min_gain=min_gain, seed=ctx.seed,
-                         progress=False, top=4)
-    note_time("auto: learning setup", time.monotonic() - t0)
-    t0 = time.monotonic()
-    r = train(lg, evaluate, cfg, warm_start=(win.name, win.gd))
-    note_time("auto: refinement", time.monotonic() - t0)
-    return r
-
-
-def _refine_measured(o: Auto, ctx, measurer, win: Cand, st: dict | None, lines: list[str], deadline):
-    """Stage 3 on a real target: (device per group, source, median) of a learned placement that
-    beat the winner head to head, or None."""
-    from hdp.placers import measured
-
-    if st is None:
-        lines.append("measured refinement skipped: the winner was not measured, so a gain could not be judged")
-        return None
-    runs = measurer.runs
-    per_eval = st["compile"] + (measurer.warmup + runs) * st["median"]
-    plan = measured.plan(o.resolution)
-    final_cost = measured.h2h_seconds([st["compile"]] * 2, [st["median"]] * 2, plan, measurer.warmup)
-    left = _left(deadline)
-    importing = 0.0 if "torch" in sys.modules else IMPORT_SECONDS  # an import cannot stop at the deadline
-    need = importing + final_cost + MIN_LEARN_EVALS * per_eval
-    if left < need:
-        lines.append(f"measured refinement skipped: {left:.1f} s left of the budget, it needs about {need:.1f} s "
-                     f"({per_eval:.1f} s per placement" + (f", {importing:g} s to import torch)" if importing else ")"))
-        return None
-    # the noise of one measured median: ~2 standard errors of the difference of two medians of
-    # `runs` runs, from the winner's interquartile range in the comparison
-    rel_iqr = (st["q3"] - st["q1"]) / st["median"]
-    noise = min(max(0.01, 2.63 * rel_iqr / math.sqrt(runs)), MAX_NOISE)
-    ev = MeasuredEvaluator(measurer, ctx.problem)
-    r = _train(o, ctx, win, ev, None if deadline is None else deadline, min_gain=noise,
-               reserve=final_cost / max(per_eval, 1e-9))
-    base = ev.cost(win.gd)[1]
-    head = (f"measured refinement (hsdag warm-started from {win.name}, {runs} runs per placement): "
-            f"{r.evaluations} distinct placements measured, stopped: {_stopped(r.stopped, o.patience, noise)}")
-    key = win.gd.tobytes()
-    learned = [(s, gd, lat) for s, gd, lat in r.top if gd.tobytes() != key and s in ("sample", "greedy")]
-    if not learned or not math.isfinite(base) or learned[0][2] >= base * (1 - noise):
-        best = f"best learned {ms(learned[0][2])} vs {ms(base)}" if learned and math.isfinite(base) else "nothing measured"
-        lines.append(f"{head}; {best}: no gain beyond noise (±{noise * 100:.1f} %); kept {win.name}")
-        return None
-    src, gd, lat = learned[0]
-    left = _left(deadline)
-    c, t = ev.cost(gd)
-    need = measured.h2h_seconds([st["compile"], c], [st["median"], t], plan, measurer.warmup)
-    if need > left:
-        lines.append(f"{head}; best learned {ms(lat)} vs {ms(base)}, but no time left to confirm it head to "
-                     f"head ({left:.1f} s left, needs {need:.1f} s); kept {win.name}")
-        return None
-    if deadline is not None:
-        plan = measured.plan(o.resolution, max_seconds=min(plan.max_seconds, max(left - c - st["compile"], 1e-3)))
-    t0 = time.monotonic()
-    ch = measured.choose(measurer, ctx.problem, [(win.name, win.gd), ("learned", gd)], [0], p=plan,
-                         deadline=deadline, anchored=True)
-    note_time("auto: final head-to-head", time.monotonic() - t0)
-    cmp_ = ch.comparison(0, 1)
-    if ch.winner == 1 and cmp_ is not None:
-        lines.append(f"{head}; measured refinement {ms(ch.medians[1])}, faster than {win.name} beyond noise "
-                     f"head to head (below); kept it")
-        lines += ch.lines
-        return gd, f"learned ({src})", ch.medians[1]
-    verdict = "below" if cmp_ is not None else "not measured"
-    lines.append(f"{head}; best learned {ms(lat)} by its own median, head to head ({verdict}): "
-                 f"no gain beyond noise; kept {win.name}")
-    lines += ch.lines
-    return None
-
-
-def _stopped(why: str, patience: int, noise: float) -> str:
-    return {"no gain": f"no further gain beyond noise (±{noise * 100:.1f} %) in the last {patience} placements "
-                       f"sampled (repeats included)",
-            "seconds": "the budget", "done": "all episodes"}.get(why, why)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
 from hdp.placers import PlaceContext, Placed
 from hdp.placers.options import HeteroAuto, PipelineParallel, Single
 

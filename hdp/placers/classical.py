@@ -44,11 +44,11 @@ coin toss that costs HETERO's overheads when it loses. So a mixed optimum is kep
 predicted gain over the best single device (every group allowed there) is at least ``margin`` (a
 share of the single device's simulated latency); otherwise ``optimal`` returns that single device
 and says so in ``info["kept_single"]``. ``margin=None`` (the default) is the noise of the
-prediction itself: :data:`~hdp.runtime.denoise.Z_ONE_SIDED` standard errors of the predicted gain,
-from the per-op standard errors of the profile (``Costs.op_se``, :func:`hdp.runtime.denoise.gain_noise`:
+prediction itself: :data:`~hdp.runtime.costs.denoise.Z_ONE_SIDED` standard errors of the predicted gain,
+from the per-op standard errors of the profile (``Costs.op_se``, :func:`hdp.runtime.costs.denoise.gain_noise`:
 only the ops the optimum moves count), combined (root sum of squares) with the held-out error of
 the host's calibration when the costs were calibrated (the ``boundary`` pass,
-:mod:`hdp.runtime.calibrate`); see :func:`auto_margin` for costs without standard errors. Among
+:mod:`hdp.runtime.costs.calibrate`); see :func:`auto_margin` for costs without standard errors. Among
 placements of equal cost the best single device is returned, the first in target order.
 """
 
@@ -58,13 +58,17 @@ import time as _time
 
 import numpy as np
 
-from hdp.errors import InputError
-from hdp.placers import PlaceContext, Placed, note_time
-from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
-from hdp.placers import _kernels as K
-from hdp.placement.objective import Throughput
+from hdp.base.errors import InputError
+from hdp.base.within import milp_within
+from hdp.placement.memory import size_text
+from hdp.placement.objective import Concurrent, Throughput
 from hdp.placement.simulate import Simulator
+from hdp.placers import PlaceContext, Placed, note_time
+from hdp.placers import _kernels as K
 from hdp.placers.constrained import solve as solve_constrained
+from hdp.placers.options import UNCALIBRATED_MARGIN, Heft, Optimal, Random
+from hdp.placers.pipelines import pipeline_candidates
+from hdp.runtime.costs.denoise import Z_ONE_SIDED, gain_noise
 
 #: ``random`` under device memory draws at most this many placements for one that fits.
 RANDOM_DRAWS = 100
@@ -119,7 +123,6 @@ def heft(o: Heft, ctx: PlaceContext) -> Placed:
     """HEFT list scheduling over tie groups: upward rank, earliest finish time with transfer costs
     (for the concurrent executor, an edge cut between devices also costs its tensor's conversion
     out of one sub-model and into the other, ``Concurrent.convert`` per byte each)."""
-    from hdp.placement.objective import Concurrent
 
     p = ctx.problem
     sim = Simulator(p)
@@ -145,7 +148,6 @@ def heft(o: Heft, ctx: PlaceContext) -> Placed:
 def _heft_memory(p, sim, sched, dev, ctx, p_cost) -> float:
     """HEFT over the devices with room left for each group (m-ETF); InputError naming the group's
     first op, its bytes and each device's room when one fits nowhere."""
-    from hdp.placement.memory import size_text
 
     needs = p.needs
     k = p.n_groups
@@ -286,7 +288,7 @@ def _mincut(m: _Model) -> tuple[np.ndarray, dict]:
 def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict]:
     """Optimum for any number of devices as a MILP (HiGHS via scipy), within a time limit."""
     import scipy.sparse as sp
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint
 
     k, nd = m.cost.shape
     ok = np.isfinite(m.cost)
@@ -344,8 +346,8 @@ def _ilp(m: _Model, time_limit: float, mip_gap: float) -> tuple[np.ndarray, dict
         cons.append(LinearConstraint(A2, 0, np.inf))
     integrality = np.zeros(nv)
     integrality[:nx_] = 1
-    res = milp(c, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
-               options={"time_limit": float(time_limit), "mip_rel_gap": float(mip_gap), "disp": False})
+    res = milp_within(time_limit, c, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
+                      options={"mip_rel_gap": float(mip_gap)})
     info = {"solver": "ilp", "status": res.message, "variables": nv, "constraints": k + nr + n3,
             "gap": float(res.mip_gap) if getattr(res, "mip_gap", None) is not None else float("nan")}
     if res.x is None:
@@ -400,8 +402,6 @@ def _keep_single(p, sim, gdev: np.ndarray, margin: float, info: dict, op_se: np.
     gain = 1.0 - lat / lat_single if lat_single > 0 else 0.0
     why = f"the margin of {margin * 100:.1f} %"
     if op_se is not None and lat_single > 0:
-        from hdp.runtime.denoise import Z_ONE_SIDED, gain_noise
-
         noise = Z_ONE_SIDED * gain_noise(p, op_se, gdev, d) / lat_single
         total = float(np.hypot(margin, noise))
         info["margin_noise"] = noise
@@ -433,7 +433,6 @@ def _pipeline_if_better(p, sim, gdev: np.ndarray, info: dict) -> np.ndarray:
     program's answer when the simulator prices it lower: the program charges the served overhead
     per copy received (a stand-in for per subgraph), which over-counts a stage fed by several
     tensors, so on tiny models it kept one device where a cut served every 0.060 ms against 0.070."""
-    from hdp.placers.pipelines import pipeline_candidates
 
     priced = [(sim.cost(gd), name, gd) for name, gd, _ in pipeline_candidates(p, sim)]
     cost, name, gd = min(priced, key=lambda c: c[0], default=(np.inf, "", None))

@@ -38,11 +38,16 @@ brute force on small random DAGs with ties and caps).
 from __future__ import annotations
 
 import time as _time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.within import milp_within
+from hdp.placement.maxload import MaxLoad
+from hdp.placement.maxload_search import coarsen
+from hdp.placement.memory import size_text, smallest_need
 from hdp.placement.objective import Throughput
 
 
@@ -91,10 +96,9 @@ class _Program:
         device, substituted for its groups'); ``below``: only placements whose objective is below
         this (HiGHS's ``objective_bound``: none found is no placement). Returns (device per group or
         None, scipy's result)."""
-        import warnings
 
         import scipy.sparse as sp
-        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.optimize import Bounds, LinearConstraint
 
         k, nd = self.ok.shape
         c, A, lb, ub, integ = self.c, self.A, np.zeros(self.c.size), self.ub.copy(), self.integrality
@@ -127,9 +131,10 @@ class _Program:
             integ = np.r_[np.ones(int(okc.sum())), integ[rest]]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # options HiGHS takes that scipy does not list
-            res = milp(c, integrality=integ, bounds=Bounds(lb, ub), constraints=[LinearConstraint(A, self.lo, self.hi)],
-                       options={"time_limit": max(float(time_limit), 0.1), "mip_rel_gap": float(mip_gap),
-                                "disp": False, **({} if below is None else {"objective_bound": float(below)})})
+            res = milp_within(max(float(time_limit), 0.1), c, integrality=integ, bounds=Bounds(lb, ub),
+                              constraints=[LinearConstraint(A, self.lo, self.hi)],
+                              options={"mip_rel_gap": float(mip_gap),
+                                       **({} if below is None else {"objective_bound": float(below)})})
         if res.x is None:
             return None, res
         v = res.x if S is None else S @ res.x
@@ -295,8 +300,6 @@ def clusters(problem, target: int) -> np.ndarray:
     (:func:`hdp.placement.maxload_search.coarsen`: heavy-edge matching rounds), each cluster within an
     eighth of the smallest capacity (its bytes on the device that holds them for least), a
     quarter of a device's fair share of the work and the devices all its groups may use."""
-    from hdp.placement.maxload import MaxLoad
-    from hdp.placement.maxload_search import coarsen
 
     fixed, units, _ = problem.memory_terms()
     nbytes = np.where(problem.allowed, fixed, np.inf).min(axis=1) + problem.needs.activation
@@ -365,8 +368,6 @@ def solve(problem, penalty: float, time_limit: float, mip_gap: float) -> tuple[n
     info["gap"] = (max(best_v - float(bound), 0.0) / abs(best_v) if best is not None and bound is not None
                    and np.isfinite(best_v) and best_v else float("nan"))
     if best is None:
-        from hdp.placement.memory import size_text, smallest_need
-
         caps = np.asarray(p.caps, np.float64)
         held = ", ".join(f"{d} {size_text(cap)}" if np.isfinite(cap) else f"{d} unlimited"
                          for d, cap in zip(p.devices, caps))

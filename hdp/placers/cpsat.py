@@ -61,12 +61,14 @@ from collections import deque
 
 import numpy as np
 
-from hdp.errors import InputError
-from hdp.placers import PlaceContext, Placed, note_time
-from hdp.placers.options import CpSat, Heft
+from hdp.base.errors import InputError
 from hdp.placement import _kernels as K
 from hdp.placement.objective import Concurrent
 from hdp.placement.simulate import Simulator
+from hdp.placement.subgraphs import untangle
+from hdp.placers import PlaceContext, Placed, note_time
+from hdp.placers.classical import heft
+from hdp.placers.options import CpSat, Heft
 
 #: the warm start's makespan in model ticks (the time resolution is its makespan / TICKS)
 TICKS = 10**7
@@ -495,8 +497,6 @@ def cp_sat(o: CpSat, ctx: PlaceContext) -> Placed:
     deadline = _time.monotonic() + float(o.time_limit)
     warm, warm_cost, warm_name = None, np.inf, "none"
     if o.warm_start == "heft":
-        from hdp.placers.classical import heft
-
         cands = [(f"single:{d}", p.single(j).astype(np.int64)) for j, d in enumerate(p.devices)
                  if p.allowed[:, j].all() and sim.feasible(p.single(j))]
         try:
@@ -580,7 +580,6 @@ def cp_sat(o: CpSat, ctx: PlaceContext) -> Placed:
         info["cp_sat_objective"] = req + objective_t * model.unit
     if warm is not None:
         info["warm_start_s"] = warm_cost
-    from hdp.placement.subgraphs import untangle
 
     gd2, moved = untangle(p, gd)
     gd2 = np.asarray(gd2, np.int64)

@@ -53,10 +53,14 @@ import time
 
 import numpy as np
 
-from hdp.errors import InputError
-from hdp.placers import PlaceContext, Placed, note_time, place
+from hdp.base.errors import InputError
+from hdp.learn.config import TrainConfig
+from hdp.learn.graph import build_learn_graph
+from hdp.learn.harness import problem_cost
+from hdp.placers import PlaceContext, Placed, measured, note_time, place
 from hdp.placers.measured import MeasuredEvaluator, first_estimate
-from hdp.placers.options import Hsdag, method_from
+from hdp.placers.options import HeteroAuto, Hsdag, method_from
+from hdp.runtime.measure.measurer import Measurer
 
 #: learned placements measured again, head to head, with the preferred ones
 FINAL_LEARNED = 2
@@ -70,7 +74,6 @@ def _reward(o: Hsdag, ctx: PlaceContext) -> str:
 
 def _make_measurer(o: Hsdag, ctx: PlaceContext):
     """The Measurer of a measured reward (tests replace it with a fake)."""
-    from hdp.runtime.measure import Measurer
 
     if ctx.target is None:
         raise InputError("hsdag reward 'measure' needs a target")
@@ -80,8 +83,6 @@ def _make_measurer(o: Hsdag, ctx: PlaceContext):
 def _make_evaluator(o: Hsdag, ctx: PlaceContext, reward: str):
     """(``group_device -> seconds``, the Measurer behind it or None for the simulator)."""
     if reward == "simulate":
-        from hdp.learn.harness import problem_cost
-
         return problem_cost(ctx.problem), None  # the problem's objective: latency, period or makespan
     m = _make_measurer(o, ctx)
     return MeasuredEvaluator(m, ctx.problem), m
@@ -91,7 +92,6 @@ def final_choice(measurer, ev: MeasuredEvaluator, problem, r, candidates, warm, 
                  warmup: int) -> tuple[np.ndarray, str, float | None, list[str]]:
     """hsdag's final placement under a measured reward: (device per group, source, its median or
     None, report lines). See the module docstring."""
-    from hdp.placers import measured
 
     def med(gd) -> float:
         return ev.cost(gd)[1]
@@ -153,8 +153,8 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         return Placed(np.zeros(0, np.int16), {"message": "empty graph"})
     t0 = time.monotonic()
     try:
-        from hdp.learn.graph import build_learn_graph
-        from hdp.learn.trainer import TrainConfig, train
+        # lazy: imports torch (about 1.5 s), needed only when a learned method runs
+        from hdp.learn.trainer import train
     except ImportError as e:
         raise InputError(f"method 'hsdag' needs torch and torch_geometric: {e}") from None
     note_time("hsdag: import torch, torch_geometric", time.monotonic() - t0)
@@ -192,8 +192,6 @@ def hsdag(o: Hsdag, ctx: PlaceContext) -> Placed:
         if r.best_device_of is None and r.evaluations == 0 and r.stopped == "seconds":
             name, gd = warm if warm is not None else candidates[0] if candidates else ("hetero-auto", None)
             if gd is None:
-                from hdp.placers.options import HeteroAuto
-
                 gd = place(HeteroAuto(), ctx).group_device
             return Placed(np.asarray(gd, np.int16), {
                 "best_source": name, "best_latency_s": "", "reward": reward, "placements_evaluated": 0,

@@ -13,9 +13,12 @@ import time
 
 import numpy as np
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.learn.config import PlacetoConfig, RnnConfig
+from hdp.learn.graph import build_learn_graph
+from hdp.learn.harness import problem_cost
 from hdp.placers import PlaceContext, Placed, note_time, place
-from hdp.placers.options import Placeto, PlacerOptions, RnnPlacer, method_from
+from hdp.placers.options import PlacerOptions, Placeto, RnnPlacer, method_from
 
 
 def _setup(o: PlacerOptions, ctx: PlaceContext):
@@ -26,11 +29,6 @@ def _setup(o: PlacerOptions, ctx: PlaceContext):
         return Placed(p.single(0), {"message": f"target has one device ({p.devices[0]}): every op on it, no training"})
     if p.n_groups == 0:
         return Placed(np.zeros(0, np.int16), {"message": "empty graph"})
-    try:
-        from hdp.learn.graph import build_learn_graph
-        from hdp.learn.harness import problem_cost
-    except ImportError as e:
-        raise InputError(f"method '{o.name()}' needs torch: {e}") from None
     lg = build_learn_graph(ctx.module, p)
     candidates = [(f"single:{d}", p.single(j)) for j, d in enumerate(p.devices) if p.allowed[:, j].all()]
     warm = None
@@ -55,7 +53,7 @@ def placeto(o: Placeto, ctx: PlaceContext) -> Placed:
     if isinstance(s, Placed):
         return s
     lg, candidates, warm, cost, deadline = s
-    from hdp.learn.config import PlacetoConfig
+    # lazy: imports torch (about 1.5 s), needed only when a learned method runs
     from hdp.learn.placeto import train_placeto
 
     cfg = PlacetoConfig(episodes=o.episodes, lr=o.lr, lr_end=o.lr_end, rounds=o.rounds,
@@ -73,7 +71,7 @@ def rnn_placer(o: RnnPlacer, ctx: PlaceContext) -> Placed:
     if isinstance(s, Placed):
         return s
     lg, candidates, warm, cost, deadline = s
-    from hdp.learn.config import RnnConfig
+    # lazy: imports torch (about 1.5 s), needed only when a learned method runs
     from hdp.learn.rnn import train_rnn
 
     cfg = RnnConfig(steps=o.steps, groups=o.groups, hidden=o.hidden, lr=o.lr, max_placements=o.placements,

@@ -1,9 +1,9 @@
 """Choosing among placements by measurement: head to head, never the minimum of noisy samples.
 
 Used by ``auto`` and by ``hsdag`` with a measured reward. The candidates (a device per tie group
-each, named) run interleaved in one worker (:meth:`hdp.runtime.measure.Measurer.best_of`); the
+each, named) run interleaved in one worker (:meth:`hdp.runtime.measure.measurer.Measurer.best_of`); the
 fastest is kept only when it beats the preferred candidates beyond noise, otherwise the first
-preferred candidate among those equal within noise (:func:`hdp.runtime.stats.select_best`). A
+preferred candidate among those equal within noise (:func:`hdp.runtime.measure.selection.select_best`). A
 deadline bounds the whole comparison; :func:`h2h_seconds` predicts what one costs, so a caller can
 leave out candidates that do not fit rather than overrun its budget.
 """
@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdp.runtime import stats
+from hdp.placement.simulate import Simulator
+from hdp.placement.subgraphs import untangle
+from hdp.runtime.measure import stats
+from hdp.runtime.measure.measurement import MeasureError, placed
 
 #: Seconds to compile one placement with HETERO, per op and per HETERO subgraph, when predicting
 #: a comparison's cost before anything was measured (ResNet-50, 288 ops, on the 2-core VM at load
@@ -54,7 +57,6 @@ def first_estimate(ctx, measurer) -> float:
     """Seconds the first measured placement is expected to take before any was measured: a compile
     (:func:`compile_estimate`) and warm-up + timed runs at the best single device's simulated
     latency, scaled (:func:`run_scale`, :data:`RUN_SLACK`)."""
-    from hdp.placement.simulate import Simulator
 
     p = ctx.problem
     sim = Simulator(p)
@@ -72,9 +74,6 @@ class MeasuredEvaluator:
         self.rows: dict[bytes, object] = {}
 
     def __call__(self, gd: np.ndarray) -> float:
-        from hdp.placement.subgraphs import untangle
-        from hdp.runtime.measure import MeasureError
-
         # measured as it would be written: a placement that tangles a state cannot run under HETERO
         r = self.m.measure(self.p.op_devices(untangle(self.p, gd)[0]), self.p.devices)
         self.rows[np.ascontiguousarray(gd, np.int16).tobytes()] = r
@@ -103,9 +102,10 @@ def plan(resolution: float = 0.03, max_seconds: float = 30.0) -> stats.Sequentia
 
 def h2h_seconds(compile_s: Sequence[float], run_s: Sequence[float], p: stats.SequentialPlan,
                 warmup: int) -> float:
-    """Predicted seconds of a head-to-head up to its plan's first look: every candidate compiled
-    (``compile_s``) and warmed up, then ``min_rounds + discard`` rounds of one run each (``run_s``)."""
-    return float(sum(compile_s) + (warmup + p.min_rounds + p.discard) * sum(run_s))
+    """Predicted seconds of a head-to-head up to its plan's first look in each of its blocks: every
+    candidate compiled (``compile_s``) and warmed up, then ``min_rounds + discard`` rounds of one
+    run each (``run_s``), once per block."""
+    return float(p.blocks * (sum(compile_s) + (warmup + p.min_rounds + p.discard) * sum(run_s)))
 
 
 def ms(seconds: float) -> str:
@@ -119,7 +119,7 @@ class Choice:
 
     winner: int
     lines: list[str] = field(default_factory=list)
-    best: object = None  # hdp.runtime.measure.BestOf, when the comparison ran
+    best: object = None  # hdp.runtime.measure.measurer.BestOf, when the comparison ran
     medians: dict[int, float] = field(default_factory=dict)  # index -> median seconds in the comparison
     seconds: float = 0.0
 
@@ -144,8 +144,7 @@ def choose(measurer, problem, named: Sequence[tuple[str, np.ndarray]], preferenc
     ``preference`` (indices, most preferred first) decides among those equal within noise. When
     nothing could be measured, the first preferred placement is kept, and the lines say so.
     ``anchored``: stop measuring once nothing can beat the first preferred placement by the plan's
-    resolution (see :meth:`hdp.runtime.measure.Measurer.best_of`)."""
-    from hdp.runtime.measure import MeasureError, placed
+    resolution (see :meth:`hdp.runtime.measure.measurer.Measurer.best_of`)."""
 
     cands = [placed(problem.op_devices(gd), problem.devices, name) for name, gd in named]
     t0 = time.monotonic()
@@ -161,7 +160,10 @@ def choose(measurer, problem, named: Sequence[tuple[str, np.ndarray]], preferenc
     meds = ", ".join(f"{n} {ms(m.median)}" for n, m in zip(h.names, h.measurements) if m.ok)
     # no wall time here: these lines go into the placement's info, which must not vary with the clock.
     # Each other candidate is compared once, with the one kept, at the level the first line states.
-    lines = [f"measured head to head, {h.rounds} interleaved rounds ({h.reason}); medians: {meds}; {h.ci_note()}"]
+    blk = f" in {h.n_blocks} blocks" if h.n_blocks > 1 else ""
+    load = f"; {h.load_note()}" if h.load is not None and h.loaded else ""
+    lines = [f"measured head to head, {h.rounds} interleaved rounds{blk} ({h.reason}); latency medians: {meds}; "
+             f"{h.ci_note()}{load}"]
     for i, m in enumerate(h.measurements):
         if not m.ok:
             lines.append(f"  {h.names[i]}: {m.error}")

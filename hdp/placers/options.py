@@ -16,9 +16,9 @@ from typing import Annotated, ClassVar, Literal, Union
 import msgspec
 from msgspec import Meta
 
-from hdp.errors import InputError
+from hdp.base.errors import InputError
+from hdp.base.validation import AtLeastOne, Count, Duration, NonNegative, Share, TimeLimit, convert, recheck
 from hdp.learn.config import Algo, Baseline, Episodes, Hidden, LearningRate, RewardShape, Samples
-from hdp.validation import AtLeastOne, Count, NonNegative, Positive, Share, convert, recheck
 
 
 class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="method"):
@@ -35,6 +35,9 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: The objectives (:mod:`hdp.placement.objective` kinds) the method can place for; ``place()``
     #: refuses the others with a one-line error.
     serves: ClassVar[frozenset[str]] = frozenset({"latency", "throughput", "concurrent"})
+    #: ``"module:function"`` that runs the method: ``(options, PlaceContext) -> Placed``, imported on
+    #: first use (:func:`hdp.placers.implementation`).
+    implementation: ClassVar[str] = ""
 
     def served(self, target=None) -> frozenset[str]:
         """The objectives this method, with these options, can place for on ``target`` (default:
@@ -67,18 +70,21 @@ class PlacerOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class Single(PlacerOptions, tag="single"):
+    implementation = "hdp.placers.basic:single"
     device: str = ""  # "" = the target's first device
     arg_field = "device"
     summary = "every op on one device: single:<DEVICE> (default: the target's first device)"
 
 
 class HeteroAuto(PlacerOptions, tag="hetero-auto"):
+    implementation = "hdp.placers.basic:hetero_auto"
     priority: tuple[str, ...] = ()  # () = the target's order
     arg_field = "priority"
     summary = "OpenVINO's rule: each op on the first device (in priority order) that supports it"
 
 
 class PipelineParallel(PlacerOptions, tag="pipeline-parallel"):
+    implementation = "hdp.placers.basic:pipeline_parallel"
     priority: tuple[str, ...] = ()  # () = the target's order
     margin: Annotated[float, Meta(ge=1, le=10)] = 1.2  # OpenVINO's factor on constant bytes
     arg_field = "priority"
@@ -87,11 +93,13 @@ class PipelineParallel(PlacerOptions, tag="pipeline-parallel"):
 
 
 class Random(PlacerOptions, tag="random"):
+    implementation = "hdp.placers.classical:random_placement"
     seeded = True
     summary = "a uniformly random allowed device per tie group (per coarse group when coarsened), seeded"
 
 
 class Heft(PlacerOptions, tag="heft"):
+    implementation = "hdp.placers.classical:heft"
     needs = ("costs",)
     summary = "HEFT list scheduling: upward rank, earliest finish time with transfer costs"
 
@@ -103,8 +111,9 @@ UNCALIBRATED_MARGIN = 0.15
 
 
 class Optimal(PlacerOptions, tag="optimal"):
+    implementation = "hdp.placers.classical:optimal"
     solver: Literal["", "mincut", "ilp"] = ""  # "" = mincut for 2 devices, ilp for more
-    time_limit: Positive = 60.0  # seconds for the placement, 90 % of them for the ILP / MILP
+    time_limit: TimeLimit = 60.0  # seconds for the placement, 90 % of them for the ILP / MILP
     mip_gap: Share = 1e-4  # ILP relative gap at which HiGHS stops
     boundary_penalty: NonNegative | None = None  # seconds per copy (default: the subgraph overhead)
     #: keep the best single device unless the optimum is predicted faster than it by more than this
@@ -122,8 +131,9 @@ class Optimal(PlacerOptions, tag="optimal"):
 class CpSat(PlacerOptions, tag="cp-sat"):
     """Placement and schedule for hdp's concurrent executor by CP-SAT (OR-Tools): exact up to the
     executor's run order, with a proven lower bound (see hdp/placers/cpsat.py)."""
+    implementation = "hdp.placers.cpsat:cp_sat"
 
-    time_limit: Positive = 60.0  # seconds of search
+    time_limit: TimeLimit = 60.0  # seconds of search
     workers: Annotated[int, Meta(ge=1, le=64, description="CP-SAT search workers")] = 2
     warm_start: Literal["heft", "none"] = "heft"  # heft: its placement (or a faster single device) as the hint
     needs = ("costs",)
@@ -135,10 +145,11 @@ class CpSat(PlacerOptions, tag="cp-sat"):
 
 class Hsdag(PlacerOptions, tag="hsdag"):
     """The learned placer (see hdp/placers/hsdag.py for each option's meaning)."""
+    implementation = "hdp.placers.hsdag:hsdag"
 
     reward: Literal["auto", "simulate", "measure"] = "auto"
     measure_runs: AtLeastOne = 10
-    budget: NonNegative = 120.0  # seconds for the whole placement (warm start, training, final choice), 0 = no limit
+    budget: Duration = 120.0  # seconds for the whole placement (warm start, training, final choice), 0 = no limit
     placements: Count = 0  # max placements evaluated, 0 = no limit
     episodes: Episodes = 25
     samples: Samples = 20
@@ -184,8 +195,9 @@ def _check_warm_start(spec: str) -> None:
 class Placeto(PlacerOptions, tag="placeto"):
     """Placeto (NeurIPS 2019), a learned baseline of the HSDAG paper (hdp/learn/placeto.py). Trained
     on the simulator; defaults are the published hyper-parameters (:class:`hdp.learn.config.PlacetoConfig`)."""
+    implementation = "hdp.placers.learned:placeto"
 
-    budget: NonNegative = 120.0  # seconds for the whole placement, 0 = no limit
+    budget: Duration = 120.0  # seconds for the whole placement, 0 = no limit
     placements: Count = 0  # max placements evaluated, 0 = no limit
     episodes: Episodes = 1000
     lr: LearningRate = 1e-3
@@ -207,8 +219,9 @@ class RnnPlacer(PlacerOptions, tag="rnn-placer"):
     """The hierarchical RNN placer (Mirhoseini et al. 2018), a learned baseline of the HSDAG paper
     (hdp/learn/rnn.py). Trained on the simulator; defaults are the published hyper-parameters but
     the learning rate (:class:`hdp.learn.config.RnnConfig` says why)."""
+    implementation = "hdp.placers.learned:rnn_placer"
 
-    budget: NonNegative = 120.0  # seconds for the whole placement, 0 = no limit
+    budget: Duration = 120.0  # seconds for the whole placement, 0 = no limit
     placements: Count = 0  # max placements evaluated, 0 = no limit
     steps: AtLeastOne = 100_000
     groups: Count = 0  # 0 = min(256, 20 x devices, nodes)
@@ -226,14 +239,15 @@ class RnnPlacer(PlacerOptions, tag="rnn-placer"):
 class Auto(PlacerOptions, tag="auto"):
     """The default: cheap candidates, measured head to head, then measured learning where it can
     still win (see hdp/placers/auto.py for the stages and each option's meaning)."""
+    implementation = "hdp.placers.auto:auto"
 
     learn: Literal["auto", "yes", "no"] = "auto"  # auto: on real targets only
-    budget: NonNegative = 30.0  # seconds for the whole placement (profile excluded), 0 = no limit
+    budget: Duration = 30.0  # seconds for the whole placement (profile excluded), 0 = no limit
     top: Count = 2  # mixed candidates measured head to head with the best single devices
     singles: AtLeastOne = 2  # single-device candidates measured head to head
     # head to head: measure until differences of this size are resolved. Not finer than what a
     # head-to-head can see: two compiled instances of one graph differ by up to ~5 % here, and the
-    # calibrated simulator's held-out error is 5.1 % (bench/README.md, Calibration)
+    # calibrated simulator's held-out error is 5.1 % (bench/topics/calibration.md)
     resolution: Annotated[float, Meta(gt=0, lt=1)] = 0.05
     measure_runs: AtLeastOne = 5  # timed runs per placement measured while learning (median)
     patience: Count = 8  # stop learning after this many placements without a gain beyond noise
@@ -241,6 +255,9 @@ class Auto(PlacerOptions, tag="auto"):
     samples: Samples = 8
     hidden: Hidden = 64
     lr: LearningRate = 1e-3
+    #: under throughput: ``yes``, keep a serving plan of any shape (``hdp compile -o DIR`` writes its
+    #: directory); ``no``, a placement (a placed ``.xml``: a pipeline or one device), the best plan named
+    plans: Literal["yes", "no"] = "no"
     needs = ("costs",)
     arg_field = "learn"
     seeded = True
@@ -257,16 +274,19 @@ class Auto(PlacerOptions, tag="auto"):
         return self.learn == "yes"
 
 
-Method = Union[Single, HeteroAuto, PipelineParallel, Random, Heft, Optimal, CpSat, Hsdag, Auto, Placeto, RnnPlacer]
-METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in (Single, HeteroAuto, PipelineParallel, Random, Heft,
-                                                                  Optimal, CpSat, Hsdag, Auto, Placeto, RnnPlacer)}
+#: The registry: every method, by name, in the order they are defined here (a class of this module
+#: is registered by being one; its ``implementation`` says what runs it).
+METHODS: dict[str, type[PlacerOptions]] = {c.name(): c for c in PlacerOptions.__subclasses__()}
+#: The options of any method: a tagged union over :data:`METHODS` (the partition pass's field).
+Method = Union[tuple(METHODS.values())]
 
 
-def method_from(spec: str, options: dict | None = None, message=None) -> PlacerOptions:
-    """Options of ``--method NAME[:ARG]`` with ``options`` (strings are converted; unknown keys
-    and bad values are InputErrors naming the option; ``message(path, what)`` words a bad value,
-    by default the method's own wording)."""
-    name, _, arg = spec.partition(":")
+def method_data(spec: str, options: dict | None = None) -> dict:
+    """The builtins of ``--method NAME[:ARG]`` with ``options`` (``{"method": NAME, ...}``, what
+    :func:`method_from` converts): ``ARG`` set as the method's ``arg_field``, a comma list split
+    where the option is a tuple, ``none`` read as None where None is allowed. InputError for an
+    unknown method, an argument to a method that takes none, or an option the method lacks."""
+    name, _, arg = str(spec).partition(":")
     cls = METHODS.get(name)
     if cls is None:
         raise InputError(f"unknown method '{spec}' (known: {', '.join(sorted(METHODS))})")
@@ -289,4 +309,13 @@ def method_from(spec: str, options: dict | None = None, message=None) -> PlacerO
         elif f.default is None and v.lower() in ("none", ""):
             data[k] = None
     data["method"] = name
+    return data
+
+
+def method_from(spec: str, options: dict | None = None, message=None) -> PlacerOptions:
+    """Options of ``--method NAME[:ARG]`` with ``options`` (:func:`method_data`, converted: strings
+    read as the fields' types, bad values InputErrors naming the option; ``message(path, what)``
+    words a bad value, by default the method's own wording)."""
+    data = method_data(spec, options)
+    cls = METHODS[data["method"]]
     return convert(data, cls, message or cls._message, strict=False)

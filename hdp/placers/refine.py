@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdp.placement.problem import PlacementProblem
+from hdp.placement.simulate import Simulator
 
 _CHUNK = 512  # candidate placements evaluated per batch
 
@@ -19,7 +20,6 @@ _CHUNK = 512  # candidate placements evaluated per batch
 def refine(problem: PlacementProblem, group_device: np.ndarray,
            max_rounds: int = 200) -> tuple[np.ndarray, float, float, int]:
     """Return (refined device per group, cost before, cost after, moves applied)."""
-    from hdp.placement.simulate import Simulator
 
     sim = Simulator(problem)
     d = np.array(group_device, np.int64)

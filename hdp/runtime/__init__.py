@@ -1,19 +1,10 @@
-"""The runtime: targets and what runs on them, and the cost model the placers optimise.
+"""The runtime: what runs on real devices, in four packages, lowest first.
 
-- Targets: :mod:`~hdp.runtime.target`, :mod:`~hdp.runtime.devices`, :mod:`~hdp.runtime.host`.
-- Measuring on real devices, in a worker process: :mod:`~hdp.runtime.protocol` (typed messages),
-  :mod:`~hdp.runtime.worker`, :mod:`~hdp.runtime.worker_client`, :mod:`~hdp.runtime.measure`
-  (:class:`~hdp.runtime.measure.Measurer`), :mod:`~hdp.runtime.measurement`,
-  :mod:`~hdp.runtime.measure_cache`, :mod:`~hdp.runtime.query`; :mod:`~hdp.runtime.stats` turns
-  run times into verdicts.
-- Costs: :mod:`~hdp.runtime.profile` and :mod:`~hdp.runtime.denoise` (per-op times; the
-  simulator that prices a placement from them is :mod:`hdp.placement.simulate`, below),
-  :mod:`~hdp.runtime.calibrate` (the boundary model fitted per host).
-- Placed models: :mod:`~hdp.runtime.placed` (write, read, run), :mod:`~hdp.runtime.verify`
-  (the check before writing), :mod:`~hdp.runtime.blob` (export), :mod:`~hdp.runtime.report`;
-  :mod:`~hdp.runtime.concurrent` (hdp's own executor over the device subgraphs) and
-  :mod:`~hdp.runtime.capacity` (device memory).
+- :mod:`hdp.runtime.placed` — a placed model as a file and as runnable parts (HETERO, the executor);
+- :mod:`hdp.runtime.measure` — measuring in a worker process, and the statistics of its verdicts;
+- :mod:`hdp.runtime.costs` — the profile and the fitted models the placers optimise;
+- :mod:`hdp.runtime.serve` — placed models checked, exported and served, measured.
 
-It sits above :mod:`hdp.placement` and :mod:`hdp.ir` and below the placers: nothing here runs a
-placer or a pass (calibration's experiment, which does, is :mod:`hdp.pipeline.calibrate`).
+Targets (which devices, how much memory) are :mod:`hdp.target`, below all of them. Nothing here
+runs a placer or a pass.
 """
